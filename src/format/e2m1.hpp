@@ -1,0 +1,93 @@
+// E2M1 (FP4): 1 sign, 2 exponent, 1 mantissa bit, bias 1. Magnitudes
+// {0, 0.5, 1, 1.5, 2, 3, 4, 6}; codes 0-7 positive, 8-15 negative (8 is -0); no Inf/NaN.
+// Conversions follow the spec (nvfp4-spec.md section 1): saturating, NaN -> +6 (0x7)
+// as CUDA's __nv_cvt_float_to_fp4 does, the sign of zero kept.
+#pragma once
+
+#include "format/hd.hpp"
+#include "format/rounding.hpp"
+
+namespace fp4d {
+
+constexpr float kE2M1Max = 6.0f;
+
+// Value of a 4-bit code (the low nibble of `code`).
+FP4D_HD float e2m1_decode(std::uint8_t code) {
+  const std::uint32_t mag = code & 7u, e = mag >> 1, m = mag & 1u;
+  std::uint32_t bits;
+  if (e == 0) bits = m ? 0x3f000000u : 0u;                 // 0 or 0.5
+  else bits = ((e - 1u + 127u) << 23) | (m << 22);          // (1 + m/2) * 2^(e-1)
+  return bits_float(bits | (static_cast<std::uint32_t>(code & 8u) << 28));
+}
+
+FP4D_HD std::uint8_t e2m1_sign_nibble(float y) {
+  return (!is_nan_f32(y) && sign_bit_f32(y)) ? 8u : 0u;
+}
+
+// Round to nearest, ties to even code. Each comparison is one grid midpoint; '>' where the
+// tie goes down to the even code, '>=' where it goes up to it.
+FP4D_HD std::uint8_t e2m1_rne(float y) {
+  if (is_nan_f32(y)) return 0x7u;
+  const float a = abs_f32(y);
+  const std::uint8_t mag = static_cast<std::uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
+                                                      (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
+  return mag | e2m1_sign_nibble(y);
+}
+
+// Round toward zero (saturating at 6).
+FP4D_HD std::uint8_t e2m1_rz(float y) {
+  if (is_nan_f32(y)) return 0x7u;
+  const float a = abs_f32(y);
+  const std::uint8_t mag = static_cast<std::uint8_t>((a >= 0.5f) + (a >= 1.0f) + (a >= 1.5f) + (a >= 2.0f) +
+                                                      (a >= 3.0f) + (a >= 4.0f) + (a >= 6.0f));
+  return mag | e2m1_sign_nibble(y);
+}
+
+// Lower neighbour code of |y| (|y| < 6) and the fraction f of the way to the next code.
+// The grid spacing is 0.5 below 2, 1 in [2, 4), 2 in [4, 6): all subtractions and
+// power-of-two scalings below are exact in float32.
+FP4D_HD std::uint8_t e2m1_floor_and_fraction(float a, float* f) {
+  if (a < 2.0f) {
+    const float t = a * 2.0f;
+    const std::uint32_t c = static_cast<std::uint32_t>(t);
+    *f = t - static_cast<float>(c);
+    return static_cast<std::uint8_t>(c);
+  }
+  if (a < 4.0f) {
+    const float t = a - 2.0f;
+    const std::uint32_t c = static_cast<std::uint32_t>(t);
+    *f = t - static_cast<float>(c);
+    return static_cast<std::uint8_t>(4u + c);
+  }
+  *f = (a - 4.0f) * 0.5f;
+  return 6u;
+}
+
+// Stochastic rounding (exact or k-bit, see rounding.hpp), saturating at 6.
+FP4D_HD std::uint8_t e2m1_sr(float y, std::uint32_t w, int sr_bits, RngStream s, std::uint64_t element_index) {
+  if (is_nan_f32(y)) return 0x7u;
+  const float a = abs_f32(y);
+  std::uint8_t mag;
+  if (a >= kE2M1Max) {
+    mag = 7u;
+  } else {
+    float f;
+    mag = e2m1_floor_and_fraction(a, &f);
+    mag = static_cast<std::uint8_t>(mag + (sr_round_up(f, w, sr_bits, s, element_index) ? 1u : 0u));
+  }
+  return mag | e2m1_sign_nibble(y);
+}
+
+// One conversion entry point for the quantizers. For SR the caller passes the element's
+// global index (its Philox counter) so that every backend draws the same bits.
+FP4D_HD std::uint8_t e2m1_round(float y, const RoundingSpec& r, std::uint64_t element_index) {
+  switch (r.mode) {
+    case Rounding::TowardZero: return e2m1_rz(y);
+    case Rounding::Stochastic:
+      return e2m1_sr(y, philox_word(r.rng, element_index), r.sr_bits, r.rng, element_index);
+    case Rounding::NearestEven:
+    default: return e2m1_rne(y);
+  }
+}
+
+}  // namespace fp4d

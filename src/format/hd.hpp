@@ -1,0 +1,55 @@
+// Host/device qualifiers for code that must be compiled identically by the host
+// compiler (CPU backend) and by nvcc (CUDA backend). Everything that decides a
+// rounding - element conversion, scale math, the RNG - lives in headers marked
+// FP4D_HD, so that the two backends agree bit for bit by construction.
+#pragma once
+
+#if defined(__CUDACC__)
+#define FP4D_HD __host__ __device__ __forceinline__
+#else
+#define FP4D_HD inline
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+namespace fp4d {
+
+// Bit casts usable on host and device (std::bit_cast is not available in device code
+// for every toolkit; memcpy of 4 bytes compiles to a register move on both sides).
+FP4D_HD std::uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+FP4D_HD float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+FP4D_HD float abs_f32(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
+FP4D_HD bool is_nan_f32(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+FP4D_HD bool is_finite_f32(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
+FP4D_HD bool sign_bit_f32(float x) { return (float_bits(x) >> 31) != 0u; }
+
+// max that ignores NaN (as fmaxf and the CUDA amax kernels do): the NaN policy of the
+// quantizers is decided elsewhere, not by accident of comparison order.
+FP4D_HD float max_ignore_nan(float a, float b) {
+  if (is_nan_f32(a)) return b;
+  if (is_nan_f32(b)) return a;
+  return a > b ? a : b;
+}
+
+constexpr float kFltMax = 3.40282346638528859812e+38f;
+
+}  // namespace fp4d
