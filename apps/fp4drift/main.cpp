@@ -1,1 +1,56 @@
-int main() { return 0; }
+// fp4drift: measure how rounding error accumulates in NVFP4 training.
+// Exit status: 0 success, 1 a run failed, 2 bad input or usage (one-line message on stderr).
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "trace/h5.hpp"
+#include "util/version.hpp"
+
+int main(int argc, char** argv) {
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  CLI::App app{"fp4drift " + fp4d::version_string() +
+               ": measures how rounding error accumulates in NVFP4 training, against an exact reference"};
+  app.set_version_flag("--version", "fp4drift " + fp4d::version_string() + " (" + fp4d::git_commit() + ")");
+  app.require_subcommand(1);
+  std::map<CLI::App*, fp4d::cli::Runner> runners;
+  CLI::App* q = app.add_subcommand("quantize", "Quantize a tensor (HDF5 dataset or synthetic) with one or more recipes");
+  runners[q] = fp4d::cli::add_quantize(*q, command_line);
+  CLI::App* b = app.add_subcommand("bench", "Benchmarks (throughput, bit-identity across thread counts)");
+  runners[b] = fp4d::cli::add_bench(*b);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "fp4drift: error: " << e.what() << " (see fp4drift --help)\n";
+    return 2;
+  }
+  for (auto& [sub, run] : runners) {
+    if (!sub->parsed()) continue;
+    try {
+      return run();
+    } catch (const fp4d::cli::UsageError& e) {
+      std::cerr << "fp4drift: error: " << e.what() << "\n";
+      return 2;
+    } catch (const std::invalid_argument& e) {
+      std::cerr << "fp4drift: error: " << e.what() << "\n";
+      return 2;
+    } catch (const fp4d::h5::Error& e) {
+      std::cerr << "fp4drift: error: " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "fp4drift: error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  return 2;
+}

@@ -1,26 +1,56 @@
 #include "format/float_format.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
 namespace fp4d {
 
+namespace {
+// 2^e and floor(log2 a) by bit manipulation, exact; libm (ldexp, ilogb) only outside
+// double's normal range. Not a matter of results but of speed: these run per rounded value,
+// and host code built with -march=x86-64-v3 (VEX) pays SSE/AVX transition stalls on every
+// call into glibc's legacy-SSE ldexp/ilogb (measured: ~1.4 us per rounding instead of ~40 ns).
+double pow2(int e) {
+  if (e < -1022 || e > 1023) return std::ldexp(1.0, e);
+  const std::uint64_t b = static_cast<std::uint64_t>(e + 1023) << 52;
+  double d;
+  std::memcpy(&d, &b, sizeof d);
+  return d;
+}
+int floor_log2(double a) {  // a finite, > 0
+  std::uint64_t b;
+  std::memcpy(&b, &a, sizeof b);
+  const int biased = static_cast<int>((b >> 52) & 0x7ffu);
+  return biased == 0 ? std::ilogb(a) : biased - 1023;
+}
+}  // namespace
+
 double FloatFormat::largest() const {
   if (max_finite > 0.0) return max_finite;
-  return std::ldexp(2.0 - std::ldexp(1.0, 1 - precision), emax);
+  return (2.0 - pow2(1 - precision)) * pow2(emax);
 }
-double FloatFormat::smallest_normal() const { return std::ldexp(1.0, emin); }
+double FloatFormat::smallest_normal() const { return pow2(emin); }
 double FloatFormat::smallest_subnormal() const {
-  return subnormals ? std::ldexp(1.0, emin - (precision - 1)) : smallest_normal();
+  return subnormals ? pow2(emin - (precision - 1)) : smallest_normal();
 }
 
 namespace {
 // Spacing of the grid at |x| (x != 0): 2^(max(e, emin) - p + 1).
 double quantum(const FloatFormat& f, double abs_x) {
-  int e = std::ilogb(abs_x);
+  int e = floor_log2(abs_x);
   if (e < f.emin) e = f.emin;
-  return std::ldexp(1.0, e - (f.precision - 1));
+  return pow2(e - (f.precision - 1));
+}
+
+// An infinite input: exact where the format has Inf (and does not saturate), else the
+// overflow rule of the format. The same in every rounding mode.
+double infinite_input(const FloatFormat& f, double x) {
+  if (f.overflow == Overflow::Saturate) return std::copysign(f.largest(), x);
+  if (f.has_inf && f.overflow == Overflow::ToInfinity) return x;
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 double overflow_value(const FloatFormat& f, double x) {
@@ -46,12 +76,13 @@ double finish(const FloatFormat& f, double x, double rounded_abs, bool round_to_
 
 double FloatFormat::round_nearest_even(double x) const {
   if (std::isnan(x)) return x;
-  if (std::isinf(x)) return (overflow == Overflow::Saturate) ? std::copysign(largest(), x) : overflow_value(*this, x);
+  if (std::isinf(x)) return infinite_input(*this, x);
   const double a = std::fabs(x);
+  if (!has_zero && a < smallest_normal()) return finish(*this, x == 0.0 ? 0.0 : x, smallest_normal(), true);
   if (a == 0.0) return x;
   if (!subnormals && a < smallest_normal()) {
     // Flush: nearest of {0, smallest normal}, ties to 0 (its significand is even).
-    return std::copysign(a > smallest_normal() / 2 ? smallest_normal() : 0.0, x);
+    return finish(*this, x, a > smallest_normal() / 2 ? smallest_normal() : 0.0, true);
   }
   const double q = quantum(*this, a);
   const double r = std::nearbyint(a / q) * q;  // a/q is exact (power-of-two scaling); nearbyint is RNE
@@ -62,8 +93,9 @@ double FloatFormat::round_nearest_even(double x) const {
 
 double FloatFormat::round_toward_zero(double x) const {
   if (std::isnan(x)) return x;
-  if (std::isinf(x)) return std::copysign(largest(), x);
+  if (std::isinf(x)) return infinite_input(*this, x);
   const double a = std::fabs(x);
+  if (!has_zero && a < smallest_normal()) return finish(*this, x == 0.0 ? 0.0 : x, smallest_normal(), false);
   if (a == 0.0) return x;
   if (!subnormals && a < smallest_normal()) return std::copysign(0.0, x);
   const double q = quantum(*this, a);
@@ -72,11 +104,11 @@ double FloatFormat::round_toward_zero(double x) const {
 
 void FloatFormat::neighbours(double a, double* lo, double* hi) const {
   if (a == 0.0) {
-    *lo = *hi = 0.0;
+    *lo = *hi = has_zero ? 0.0 : smallest_normal();
     return;
   }
   if (!subnormals && a < smallest_normal()) {
-    *lo = 0.0;
+    *lo = has_zero ? 0.0 : smallest_normal();
     *hi = smallest_normal();
     return;
   }
@@ -86,7 +118,8 @@ void FloatFormat::neighbours(double a, double* lo, double* hi) const {
 }
 
 std::vector<double> FloatFormat::nonnegative_values() const {
-  std::vector<double> v{0.0};
+  std::vector<double> v;
+  if (has_zero) v.push_back(0.0);
   if (subnormals)
     for (int m = 1; m < (1 << (precision - 1)); ++m) v.push_back(std::ldexp(m, emin - (precision - 1)));
   for (int e = emin; e <= emax; ++e)
@@ -129,7 +162,12 @@ const FloatFormat& format_e5m2() {
   return f;
 }
 const FloatFormat& format_ue8m0() {
-  static const FloatFormat f = make("ue8m0", 1, -127, 127, false, false, true, false, Overflow::Saturate);
+  // 2^-127 .. 2^127 and no zero: the code is a biased exponent (0xFF is NaN).
+  static const FloatFormat f = [] {
+    FloatFormat g = make("ue8m0", 1, -127, 127, false, false, true, false, Overflow::Saturate);
+    g.has_zero = false;
+    return g;
+  }();
   return f;
 }
 const FloatFormat& format_bf16() {

@@ -23,6 +23,7 @@ struct FloatFormat {
   bool has_inf = true;
   bool has_nan = true;
   bool is_signed = true;
+  bool has_zero = true;      // false for UE8M0: values below the smallest one round to it
   Overflow overflow = Overflow::ToInfinity;
   double max_finite = 0.0;   // 0: (2 - 2^(1-p)) * 2^emax; set when the top codes are NaN (E4M3)
 
@@ -30,12 +31,17 @@ struct FloatFormat {
   double smallest_normal() const;
   double smallest_subnormal() const;
   // Round x to this format. mode: NearestEven or TowardZero (see rounding.hpp).
+  // Infinite inputs give Inf where the format has it and does not saturate, else the largest
+  // finite value (Saturate) or NaN (ToNaN), in both modes: an infinite input is exact, the
+  // IEEE 754 overflow rules (RZ never overflows to Inf) are about finite inputs. Without a
+  // zero (UE8M0) values below the smallest one, 0 included, round to the smallest.
   double round_nearest_even(double x) const;
   double round_toward_zero(double x) const;
-  // The two neighbours lo <= |x| <= hi in the format's magnitude grid (finite |x| <= largest).
+  // The two neighbours lo <= |x| <= hi in the format's magnitude grid (finite |x| <= largest;
+  // without zero, |x| below the smallest value gives lo = hi = smallest).
   void neighbours(double abs_x, double* lo, double* hi) const;
   // Every non-negative finite value of the format, ascending (for small formats: tests,
-  // exhaustive sweeps, tables).
+  // exhaustive sweeps, tables). Starts with 0 unless the format has no zero (UE8M0).
   std::vector<double> nonnegative_values() const;
 };
 

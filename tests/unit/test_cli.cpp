@@ -1,2 +1,161 @@
+// The fp4drift CLI as a user meets it: exit codes, one-line errors, and never a partial
+// output file that looks complete.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "support/catch.hpp"
-TEST_CASE("placeholder") { CHECK(true); }
+#include "trace/h5.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path();
+  const std::string out = (dir / "fp4d_cli_stdout.txt").string(), err = (dir / "fp4d_cli_stderr.txt").string();
+  const std::string cmd = std::string(FP4DRIFT_EXE) + " " + args + " >" + out + " 2>" + err;
+  const int raw = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("fp4d_cli_" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+void write_tensor(const std::string& path, const std::vector<float>& v, const fp4d::h5::Dims& dims) {
+  fp4d::h5::File f = fp4d::h5::File::create(path);
+  f.root().write("x", v, dims);
+}
+
+void require_no_output(const std::string& out) {
+  CHECK_FALSE(fs::exists(out));
+  CHECK_FALSE(fs::exists(out + ".partial"));
+}
+
+}  // namespace
+
+TEST_CASE("quantize of a synthetic tensor succeeds and writes a complete file") {
+  TempDir t;
+  const std::string out = t.file("q.h5");
+  const Result r = run("quantize --generate normal --shape 64x64 --recipe nvfp4,mxfp4 --out " + out);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("nvfp4") != std::string::npos);
+  REQUIRE(fs::exists(out));
+  CHECK_FALSE(fs::exists(out + ".partial"));
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  CHECK(f.root().get_attr_string("status") == "complete");
+  CHECK(f.root().get_attr_string("schema") == "fp4drift.quantize");
+  CHECK(f.root().is_dataset("recipes/nvfp4/codes"));
+  CHECK(f.root().is_dataset("recipes/mxfp4/scales"));
+}
+
+TEST_CASE("--json prints one parseable object with the statistics") {
+  const Result r = run("quantize --generate normal --shape 32x32 --recipe nvfp4 --json");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.front() == '{');
+  CHECK(r.out.find("\"nmse\":") != std::string::npos);
+  CHECK(lines(r.out) == 1);
+}
+
+TEST_CASE("bad input: one-line error, exit status 2, no output file") {
+  TempDir t;
+  const std::string out = t.file("q.h5");
+  SECTION("missing input file") {
+    const Result r = run("quantize --input " + t.file("nope.h5") + ":/x --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("nope.h5") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("missing dataset") {
+    write_tensor(t.file("in.h5"), std::vector<float>(32, 1.0f), {32});
+    const Result r = run("quantize --input " + t.file("in.h5") + ":/y --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("/y") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("wrong rank") {
+    write_tensor(t.file("in.h5"), std::vector<float>(2 * 3 * 16, 1.0f), {2, 3, 16});
+    const Result r = run("quantize --input " + t.file("in.h5") + ":/x --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("rank 3") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("NaN in the input is refused unless allowed") {
+    std::vector<float> v(64, 1.0f);
+    v[37] = NAN;
+    write_tensor(t.file("in.h5"), v, {4, 16});
+    const Result r = run("quantize --input " + t.file("in.h5") + ":/x --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("element 37") != std::string::npos);
+    require_no_output(out);
+    const Result ok = run("quantize --input " + t.file("in.h5") + ":/x --allow-nonfinite --out " + out);
+    CHECK(ok.status == 0);
+    CHECK(fs::exists(out));
+  }
+  SECTION("unknown option") {
+    const Result r = run("quantize --generate normal --frobnicate 3 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("frobnicate") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("unknown recipe") {
+    const Result r = run("quantize --generate normal --recipe nvfp5 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("nvfp5") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("unsupported option combination") {
+    const Result r = run("quantize --generate normal --format mxfp4 --layout 16x16 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("16x16") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("RHT that does not divide the axis") {
+    const Result r = run("quantize --generate normal --shape 40x32 --recipe nvfp4-rht --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("40") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("output directory missing") {
+    const Result r = run("quantize --generate normal --shape 16x16 --out " + t.file("no/such/dir/q.h5"));
+    CHECK(r.status == 2);
+    CHECK(r.err.find("does not exist") != std::string::npos);
+  }
+  SECTION("both --input and --generate") {
+    const Result r = run("quantize --generate normal --input a.h5:/x --out " + out);
+    CHECK(r.status == 2);
+    require_no_output(out);
+  }
+}

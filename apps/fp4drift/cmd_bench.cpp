@@ -1,0 +1,162 @@
+// fp4drift bench quantize: CPU quantizer throughput in elements/s (and per core) for
+// 1..N threads, input read and codes + scales written, plus a check that the output is
+// bit-identical for every thread count. The baseline is the same E2M1 element-rounding
+// loop (no block scales) compiled scalar and vectorised. Timing is the best of --repeat
+// runs (steady state, after one warm-up).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+
+#include "commands.hpp"
+#include "json.hpp"
+#include "quant/fp8_scaled.hpp"
+#include "quant/mxfp4.hpp"
+#include "quant/nvfp4.hpp"
+#include "quant/recipes.hpp"
+#include "sim/generators.hpp"
+
+namespace fp4d::cli {
+
+namespace {
+
+// The baseline loops: float32 -> E2M1 code per element, one byte out per element.
+__attribute__((optimize("no-tree-vectorize"))) void e2m1_loop_scalar(const float* x, std::uint8_t* q, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) q[i] = e2m1_rne(x[i]);
+}
+void e2m1_loop_vector(const float* x, std::uint8_t* q, std::int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) q[i] = e2m1_rne(x[i]);
+}
+
+std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+struct Case {
+  std::string name;
+  std::function<void()> run;             // the timed work
+  std::function<std::uint64_t()> hash;   // hash of its output (not timed)
+  bool threaded = true;
+};
+
+struct BenchArgs {
+  std::string what = "quantize";
+  std::int64_t log2_elements = 24;
+  std::vector<int> threads{1, 2};
+  int repeat = 5;
+  std::vector<std::string> only;  // case names to run (all when empty)
+  bool json = false;
+};
+
+int run_bench(const BenchArgs& a) {
+  if (a.what != "quantize") throw UsageError("unknown benchmark '" + a.what + "' (known: quantize)");
+  if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
+  const std::int64_t n = std::int64_t{1} << a.log2_elements;
+  GeneratorSpec g;
+  g.rows = std::int64_t{1} << (a.log2_elements / 2);
+  g.cols = n / g.rows;
+  g.seed = 7;
+  const Matrix x = generate(g);
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n));
+
+  QuantizedTensor q;  // reused: steady state, no page faults in the timed runs
+  auto quant = [&](const QuantSpec& s, void (*fn)(const Matrix&, const QuantSpec&, QuantizedTensor&, bool)) {
+    return [&x, &q, s, fn]() {
+      q.spec = s;
+      fn(x, s, q, false);
+    };
+  };
+  auto quant_hash = [&q]() {
+    std::uint64_t h = fnv1a(0xcbf29ce484222325ull, q.codes.data(), q.codes.size());
+    h = fnv1a(h, q.scale_codes.data(), q.scale_codes.size());
+    return fnv1a(h, q.scale_values.data(), q.scale_values.size() * sizeof(float));
+  };
+  auto bytes_hash = [&bytes]() { return fnv1a(0xcbf29ce484222325ull, bytes.data(), bytes.size()); };
+  QuantSpec sr8 = preset("nvfp4-sr").spec;
+  sr8.rounding.sr_bits = 8;
+  const std::vector<Case> cases = {
+      {"e2m1-loop-scalar", [&] { e2m1_loop_scalar(x.data.data(), bytes.data(), n); }, bytes_hash, false},
+      {"e2m1-loop", [&] { e2m1_loop_vector(x.data.data(), bytes.data(), n); }, bytes_hash},
+      {"nvfp4-1x16-rne", quant(preset("nvfp4").spec, nvfp4_quantize_cpu), quant_hash},
+      {"nvfp4-1x16-sr", quant(preset("nvfp4-sr").spec, nvfp4_quantize_cpu), quant_hash},
+      {"nvfp4-1x16-sr8", quant(sr8, nvfp4_quantize_cpu), quant_hash},
+      {"nvfp4-16x16-rne", quant(preset("nvfp4-2d").spec, nvfp4_quantize_cpu), quant_hash},
+      {"mxfp4-1x32-rne", quant(preset("mxfp4").spec, mxfp4_quantize_cpu), quant_hash},
+      {"fp8-e4m3-tensor", quant(preset("fp8-e4m3-tensor").spec, fp8_quantize_cpu), quant_hash},
+      {"fp8-e4m3-1x128", quant(preset("fp8-e4m3-1x128").spec, fp8_quantize_cpu), quant_hash},
+  };
+
+  struct Row {
+    std::string name;
+    int threads;
+    double seconds, eps;
+    bool identical;
+  };
+  std::vector<Row> rows;
+  for (const Case& c : cases) {
+    if (!a.only.empty() && std::find(a.only.begin(), a.only.end(), c.name) == a.only.end()) continue;
+    std::uint64_t first_hash = 0;
+    for (std::size_t ti = 0; ti < a.threads.size(); ++ti) {
+      const int t = a.threads[ti];
+      if (!c.threaded && t != 1) continue;
+      omp_set_num_threads(t);
+      c.run();  // warm-up (allocates the outputs)
+      double best = 1e30;
+      for (int r = 0; r < a.repeat; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        c.run();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::min(best, s);
+      }
+      const std::uint64_t h = c.hash();
+      if (ti == 0) first_hash = h;
+      rows.push_back({c.name, t, best, static_cast<double>(n) / best, h == first_hash});
+    }
+  }
+
+  bool all_identical = true;
+  for (const Row& r : rows) all_identical = all_identical && r.identical;
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().field("benchmark", "quantize").field("elements", n).key("results").begin_array();
+    for (const Row& r : rows)
+      j.begin_object()
+          .field("case", r.name)
+          .field("threads", r.threads)
+          .field("seconds", r.seconds)
+          .field("elements_per_s", r.eps)
+          .field("elements_per_s_per_core", r.eps / r.threads)
+          .field("bit_identical_to_1_thread", r.identical)
+          .end_object();
+    j.end_array().field("all_bit_identical", all_identical).end_object();
+  } else {
+    std::printf("fp4drift bench quantize: %lld float32 elements (%lld x %lld), best of %d, input read + codes/scales written\n",
+                static_cast<long long>(n), static_cast<long long>(g.rows), static_cast<long long>(g.cols), a.repeat);
+    std::printf("%-18s %7s %10s %14s %16s %10s\n", "case", "threads", "ms", "Melem/s", "Melem/s/core", "identical");
+    for (const Row& r : rows)
+      std::printf("%-18s %7d %10.2f %14.1f %16.1f %10s\n", r.name.c_str(), r.threads, r.seconds * 1e3, r.eps / 1e6,
+                  r.eps / 1e6 / r.threads, r.identical ? "yes" : "NO");
+  }
+  return all_identical ? 0 : 1;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("what", a->what, "Benchmark: quantize")->capture_default_str();
+  app.add_option("--log2-elements", a->log2_elements, "Tensor size 2^N elements")->capture_default_str();
+  app.add_option("--threads", a->threads, "Thread counts to run (list)")->delimiter(',');
+  app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();
+  app.add_option("--cases", a->only, "Only these cases (comma-separated)")->delimiter(',');
+  app.add_flag("--json", a->json, "JSON output");
+  return [a]() { return run_bench(*a); };
+}
+
+}  // namespace fp4d::cli

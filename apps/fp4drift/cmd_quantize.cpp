@@ -1,0 +1,252 @@
+// fp4drift quantize: one tensor through one or more quantization recipes, with the error
+// statistics of each against the exact values. Output: an HDF5 file (written to
+// OUT.partial and renamed only when complete), a table on stdout, or JSON with --json.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "commands.hpp"
+#include "json.hpp"
+#include "quant/quantize.hpp"
+#include "quant/recipes.hpp"
+#include "sim/generators.hpp"
+#include "trace/tensor_io.hpp"
+
+namespace fp4d::cli {
+
+namespace {
+
+struct QuantizeArgs {
+  std::string input;
+  std::string generate;
+  std::string shape = "1024x1024";
+  std::uint64_t data_seed = 1;
+  double dist_scale = 1.0, nu = 3.0, outlier_fraction = 0.01, outlier_scale = 50.0;
+  std::vector<std::string> recipes;
+  CustomQuantOptions custom;
+  std::string out;
+  bool json = false, allow_nonfinite = false;
+};
+
+void parse_shape(const std::string& s, std::int64_t* rows, std::int64_t* cols) {
+  try {
+    std::size_t p = 0;
+    const auto x = s.find('x');
+    if (x == std::string::npos) {
+      *rows = 1;
+      *cols = std::stoll(s, &p);
+      if (p == s.size() && *cols > 0) return;
+    } else {
+      *rows = std::stoll(s.substr(0, x), &p);
+      std::size_t p2 = 0;
+      *cols = std::stoll(s.substr(x + 1), &p2);
+      if (p == x && p2 == s.size() - x - 1 && *rows > 0 && *cols > 0) return;
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError("shape '" + s + "' is not ROWSxCOLS or N with positive integers");
+}
+
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f%%", 100.0 * f);
+  return b;
+}
+std::string sci(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3e", v);
+  return b;
+}
+
+void print_table(std::ostream& os, const std::vector<std::pair<std::string, QuantizedTensor>>& results) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%-18s %11s %8s %11s %11s %9s %10s %10s %9s\n", "recipe", "NMSE", "SNR dB",
+                "bias", "max|err|", "clipped", "underflow", "zero-scl", "subn-scl");
+  os << line;
+  for (const auto& [name, q] : results) {
+    const QuantStats& s = q.stats;
+    const double snr = s.nmse > 0 ? -10.0 * std::log10(s.nmse) : INFINITY;
+    char zs[32], ss[32];
+    std::snprintf(zs, sizeof zs, "%lld", static_cast<long long>(s.zero_scale_blocks));
+    std::snprintf(ss, sizeof ss, "%lld", static_cast<long long>(s.subnormal_scale_blocks));
+    std::snprintf(line, sizeof line, "%-18s %11s %8.2f %11s %11s %9s %10s %10s %9s\n", name.c_str(),
+                  sci(s.nmse).c_str(), snr, sci(s.bias).c_str(), sci(s.max_abs_error).c_str(),
+                  pct(s.clipped_fraction).c_str(), pct(s.underflow_fraction).c_str(), zs, ss);
+    os << line;
+  }
+}
+
+void print_json(std::ostream& os, const std::string& source, const std::string& out,
+                const std::vector<std::pair<std::string, QuantizedTensor>>& results) {
+  Json j(os);
+  j.begin_object().field("source", source).field("output", out).key("recipes").begin_array();
+  for (const auto& [name, q] : results) {
+    const QuantStats& s = q.stats;
+    j.begin_object()
+        .field("name", name)
+        .field("format", format_string(q.spec))
+        .field("layout", layout_string(q.spec))
+        .field("axis", q.spec.axis)
+        .field("rounding", to_string(q.spec.rounding.mode))
+        .field("sr_bits", sr_bits_string(q.spec.rounding.sr_bits))
+        .field("scale_rule", scale_rule_string(q.spec))
+        .field("rht_size", q.spec.rht.size)
+        .field("global_decode_scale", static_cast<double>(q.global.decode))
+        .key("stats")
+        .begin_object()
+        .field("elements", s.elements)
+        .field("nmse", s.nmse)
+        .field("bias", s.bias)
+        .field("relative_bias", s.relative_bias)
+        .field("max_abs_error", s.max_abs_error)
+        .field("clipped_fraction", s.clipped_fraction)
+        .field("underflow_fraction", s.underflow_fraction)
+        .field("blocks", s.blocks)
+        .field("zero_scale_blocks", s.zero_scale_blocks)
+        .field("subnormal_scale_blocks", s.subnormal_scale_blocks)
+        .end_object()
+        .end_object();
+  }
+  j.end_array().end_object();
+}
+
+int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given) {
+  // ---- what to run -------------------------------------------------------------------
+  std::vector<std::pair<std::string, QuantSpec>> specs;
+  if (!a.recipes.empty() && custom_given)
+    throw UsageError("--recipe and the custom options (--format, --layout, ...) are mutually exclusive");
+  if (a.recipes.empty()) {
+    specs.emplace_back(a.custom.format == "nvfp4" && !custom_given ? "nvfp4" : "custom", spec_from_options(a.custom));
+  } else {
+    for (const std::string& n : expand_recipe_names(a.recipes)) {
+      QuantSpec s = preset(n).spec;
+      s.rounding.rng = RngStream{a.custom.seed, a.custom.stream};
+      s.rht.sign_seed = a.custom.seed;
+      specs.emplace_back(n, s);
+    }
+  }
+
+  // ---- the tensor --------------------------------------------------------------------
+  if (a.input.empty() == a.generate.empty()) throw UsageError("give exactly one of --input FILE.h5:/dataset and --generate KIND");
+  Matrix x;
+  h5::Dims dims;
+  std::string source;
+  if (!a.input.empty()) {
+    const TensorSource src = parse_tensor_source(a.input);
+    if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
+    x = read_matrix(src, &dims);
+    source = src.text();
+  } else {
+    GeneratorSpec g;
+    g.kind = a.generate;
+    parse_shape(a.shape, &g.rows, &g.cols);
+    g.seed = a.data_seed;
+    g.scale = a.dist_scale;
+    g.nu = a.nu;
+    g.outlier_fraction = a.outlier_fraction;
+    g.outlier_scale = a.outlier_scale;
+    x = generate(g);
+    dims = g.rows == 1 ? h5::Dims{static_cast<std::uint64_t>(g.cols)}
+                       : h5::Dims{static_cast<std::uint64_t>(g.rows), static_cast<std::uint64_t>(g.cols)};
+    source = "generator:" + describe(g);
+  }
+  std::int64_t bad = 0;
+  if (!a.allow_nonfinite && !all_finite(x, &bad))
+    throw UsageError("input " + source + " has a non-finite value (" +
+                     std::to_string(x.data[static_cast<std::size_t>(bad)]) + ") at element " + std::to_string(bad) +
+                     " (row " + std::to_string(bad / x.cols) + ", column " + std::to_string(bad % x.cols) +
+                     "); pass --allow-nonfinite to quantize it with the spec's Inf/NaN semantics");
+  for (const auto& [name, s] : specs)
+    if (s.rht.enabled()) {
+      const std::int64_t n = s.rht_axis == 0 ? x.rows : x.cols;
+      if (n % s.rht.size != 0)
+        throw UsageError("recipe " + name + ": RHT size " + std::to_string(s.rht.size) +
+                         " does not divide the length " + std::to_string(n) + " of axis " +
+                         std::to_string(s.rht_axis) + " of the input");
+    }
+
+  // ---- output file: written as OUT.partial, renamed when complete --------------------
+  std::optional<h5::AtomicOutput> out;
+  std::optional<h5::File> file;
+  if (!a.out.empty()) {
+    const auto parent = std::filesystem::path(a.out).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw UsageError("output directory '" + parent.string() + "' does not exist");
+    out.emplace(a.out);
+    file.emplace(h5::File::create(out->temp_path()));
+    h5::Group root = file->root();
+    write_provenance(root, "fp4drift.quantize", 1, command_line);
+    root.set_attr("status", std::string("running"));
+    root.set_attr("source", source);
+    root.write("input", x.data, dims);
+  }
+
+  std::vector<std::pair<std::string, QuantizedTensor>> results;
+  for (const auto& [name, s] : specs) {
+    QuantizedTensor q = quantize_cpu(x, s);
+    if (file) write_quantized(file->root().require_group("recipes").create_group(name), q, dims);
+    q.codes.clear();  // keep the statistics only
+    q.codes16.clear();
+    q.dequantized = Matrix();
+    q.transformed = Matrix();
+    results.emplace_back(name, std::move(q));
+  }
+  if (file) {
+    std::string order;
+    for (const auto& [name, q] : results) order += (order.empty() ? "" : ",") + name;
+    file->root().open_group("recipes").set_attr("order", order);
+    file->root().set_attr("status", std::string("complete"));
+    file->close();
+    out->commit();
+  }
+
+  if (a.json) {
+    print_json(std::cout, source, a.out, results);
+  } else {
+    std::cout << "fp4drift quantize: " << source << ", " << x.rows << " x " << x.cols << "\n";
+    print_table(std::cout, results);
+    if (!a.out.empty()) std::cout << "wrote " << a.out << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_quantize(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<QuantizeArgs>();
+  app.add_option("--input,-i", a->input, "Input tensor FILE.h5:/dataset (float32/float64, 1-D or 2-D)");
+  app.add_option("--generate,-g", a->generate, "Synthetic input: normal | student-t | outliers");
+  app.add_option("--shape", a->shape, "Synthetic shape ROWSxCOLS or N")->capture_default_str();
+  app.add_option("--data-seed", a->data_seed, "Seed of the synthetic generator")->capture_default_str();
+  app.add_option("--dist-scale", a->dist_scale, "Standard deviation / scale of the generator")->capture_default_str();
+  app.add_option("--nu", a->nu, "Student-t degrees of freedom")->capture_default_str();
+  app.add_option("--outlier-fraction", a->outlier_fraction, "Fraction of outlier channels (columns)")->capture_default_str();
+  app.add_option("--outlier-scale", a->outlier_scale, "Factor on the outlier channels")->capture_default_str();
+  app.add_option("--recipe,-r", a->recipes, "Preset(s), comma-separated or repeated; 'all' for every preset");
+  auto* f = app.add_option("--format", a->custom.format, "nvfp4 | mxfp4 | fp8-e4m3 | fp8-e5m2 | bf16 | fp16");
+  auto* l = app.add_option("--layout", a->custom.layout, "1x16 | 16x16 (nvfp4), 1x32 (mxfp4), tensor | 1x128 | 128x128 (fp8)");
+  auto* ax = app.add_option("--axis", a->custom.axis, "Block axis: 1 = along rows (last dim), 0 = along columns");
+  auto* ro = app.add_option("--rounding", a->custom.rounding, "rne | rz | sr");
+  auto* sb = app.add_option("--sr-bits", a->custom.sr_bits, "Random bits of SR: exact | 1..32");
+  auto* sc = app.add_option("--scale-rule", a->custom.scale_rule, "nvfp4: te | te-legacy; mxfp4: floor | ceil | rceil");
+  auto* rh = app.add_option("--rht", a->custom.rht, "Random Hadamard transform size d (0 = off, 2..256)");
+  auto* rs = app.add_option("--rht-signs", a->custom.rht_signs, "te | random | none");
+  auto* ra = app.add_option("--rht-axis", a->custom.rht_axis, "Axis the RHT runs along (0 = token dim)");
+  auto* rb = app.add_flag("--rht-bf16", a->custom.rht_bf16, "Round the RHT output to BF16 before quantizing");
+  app.add_option("--seed", a->custom.seed, "Seed of the SR draws and random RHT signs")->capture_default_str();
+  app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
+  app.add_option("--out,-o", a->out, "Output HDF5 file");
+  app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
+  std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};
+  return [a, command_line, custom]() {
+    bool custom_given = false;
+    for (CLI::Option* o : custom) custom_given = custom_given || o->count() > 0;
+    return run_quantize(*a, command_line, custom_given);
+  };
+}
+
+}  // namespace fp4d::cli

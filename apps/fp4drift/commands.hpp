@@ -1,0 +1,23 @@
+// Subcommands of the fp4drift CLI. Each registers its options on the CLI11 app and returns
+// the function that runs it (exit status).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace fp4d::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_quantize(CLI::App& app, const std::string& command_line);
+Runner add_bench(CLI::App& app);
+
+// Errors meant for the user: printed as one line "fp4drift: error: ..." with exit status 2
+// (bad input or usage) by main().
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace fp4d::cli

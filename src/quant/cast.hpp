@@ -1,0 +1,13 @@
+// Plain element casts to BF16 / FP16 (round to nearest even, IEEE overflow to infinity):
+// the high-precision baselines. Codes are the 16-bit patterns.
+#pragma once
+
+#include "quant/quantized.hpp"
+
+namespace fp4d {
+
+std::uint16_t fp16_bits_from_float(float x);  // RNE via the generic format (exact in double)
+float fp16_bits_to_float(std::uint16_t b);
+void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out);
+
+}  // namespace fp4d

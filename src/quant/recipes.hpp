@@ -1,0 +1,43 @@
+// Named quantization presets ("recipes" of one tensor) and the parsing of the option strings
+// the CLI and config files use. The list is the table of docs/numerics.md.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "quant/spec.hpp"
+
+namespace fp4d {
+
+struct NamedRecipe {
+  std::string name;
+  QuantSpec spec;
+  std::string description;
+};
+
+const std::vector<NamedRecipe>& quantize_presets();
+// Throws std::invalid_argument listing the known names.
+const NamedRecipe& preset(std::string_view name);
+// Splits comma-separated names and expands "all"; keeps order, drops duplicates.
+std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names);
+
+// Option strings -> spec (each throws std::invalid_argument naming the accepted values).
+struct CustomQuantOptions {
+  std::string format = "nvfp4";  // nvfp4 | mxfp4 | fp8-e4m3 | fp8-e5m2 | bf16 | fp16
+  std::string layout;            // default per format: 1x16 | 1x32 | tensor | element
+  int axis = 1;
+  std::string rounding = "rne";  // rne | rz | sr
+  std::string sr_bits = "exact"; // exact | 1..32
+  std::string scale_rule;        // te | te-legacy (nvfp4); floor | ceil | rceil (mxfp4)
+  int rht = 0;
+  std::string rht_signs = "te";  // te | random | none
+  int rht_axis = 0;
+  bool rht_bf16 = false;
+  std::uint64_t seed = 0;        // RNG seed (SR draws, random RHT signs)
+  std::uint64_t stream = 0;      // RNG stream id of the SR draws
+};
+QuantSpec spec_from_options(const CustomQuantOptions& o);
+int parse_sr_bits(const std::string& s);
+
+}  // namespace fp4d

@@ -1,0 +1,27 @@
+// Synthetic tensors, deterministic from a seed: every element is a pure function of
+// (seed, element index) through Philox, so a tensor is the same whatever the thread count
+// (up to the platform's libm, which the transcendental functions use).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "quant/matrix.hpp"
+
+namespace fp4d {
+
+struct GeneratorSpec {
+  std::string kind = "normal";      // normal | student-t | outliers
+  std::int64_t rows = 1024, cols = 1024;
+  std::uint64_t seed = 1;
+  double scale = 1.0;               // standard deviation (normal) / scale (student-t)
+  double nu = 3.0;                  // student-t degrees of freedom (> 0)
+  double outlier_fraction = 0.01;   // outliers: fraction of channels (columns), at least one
+  double outlier_scale = 50.0;      // outliers: factor on those channels
+};
+
+// Throws std::invalid_argument for unknown kinds and out-of-range parameters.
+Matrix generate(const GeneratorSpec& g);
+std::string describe(const GeneratorSpec& g);
+
+}  // namespace fp4d
