@@ -9,7 +9,10 @@
 //   counter = (j_lo, j_hi, stream_lo, stream_hi)      j = element_index / 4, 64-bit stream id
 //   element i uses word (i % 4) of philox(counter(i / 4)).
 // The extension draws of exact SR use counter (i_lo, i_hi | 0x80000000, stream_lo,
-// stream_hi): disjoint from the primary draws as long as i < 2^62, which is enforced.
+// stream_hi). Primary counters have bit 31 of word 1 clear for every 64-bit i (j = i/4 <
+// 2^62), extension counters have it set, so the two never coincide; extension counters of
+// i and i + 2^63 do, so element indices must stay <= kMaxRngElementIndex (2^62 - 1). Nothing
+// here checks that: the callers (quantizers) must.
 #pragma once
 
 #include "format/hd.hpp"
