@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <vector>
@@ -20,18 +21,23 @@ Matrix transpose(const Matrix& m) {
   return t;
 }
 
+namespace {
+// A plain loop outside any OpenMP construct, so that it vectorises.
+std::uint32_t amax_key_range(const float* __restrict p, std::int64_t n) {
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, amax_key(p[i]));
+  return m;
+}
+}  // namespace
+
 float amax_cpu(const Matrix& x) {
-  const float* p = x.data.data();
   const std::int64_t n = x.size();
+  constexpr std::int64_t chunk = 1 << 16;
+  const std::int64_t nchunks = (n + chunk - 1) / chunk;
   std::uint32_t result = 0;
-#pragma omp parallel
-  {
-    std::uint32_t local = 0;  // a private accumulator: the loop below vectorises
-#pragma omp for schedule(static) nowait
-    for (std::int64_t i = 0; i < n; ++i) local = std::max(local, amax_key(p[i]));
-#pragma omp critical
-    result = std::max(result, local);
-  }
+#pragma omp parallel for schedule(static) reduction(max : result)
+  for (std::int64_t c = 0; c < nchunks; ++c)
+    result = std::max(result, amax_key_range(x.data.data() + c * chunk, std::min(chunk, n - c * chunk)));
   return bits_float(result);
 }
 
@@ -83,14 +89,68 @@ void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_
   }
 }
 
+// Branch-free form of e2m1_sr for a clamped y, decided by the element's primary word w
+// alone (so that the loop over a row vectorises). It returns exactly what e2m1_sr returns,
+// except where exact SR's first 32 bits tie (w == floor(f * 2^32) with bits of f below
+// 2^-32): then *tie is set and the caller asks the reference function. The comparison
+// r < floor(f * 2^k) is made as r + 1 <= f * 2^k: exact in float for k <= 24, in double
+// above.
+enum class SrPath { Exact, BitsFloat, BitsDouble };
+struct SrParams {
+  int drop = 0;          // 32 - k
+  float two_k = 0;       // 2^k (BitsFloat)
+  double two_drop = 0;   // 2^(32 - k) (BitsDouble)
+  explicit SrParams(int sr_bits) {
+    if (sr_bits == kSrExact) return;
+    drop = 32 - sr_bits;
+    two_k = std::ldexp(1.0f, sr_bits);
+    two_drop = std::ldexp(1.0, drop);
+  }
+};
+constexpr SrPath sr_path(int sr_bits) {
+  return sr_bits == kSrExact ? SrPath::Exact : (sr_bits <= 24 ? SrPath::BitsFloat : SrPath::BitsDouble);
+}
+
+template <SrPath P>
+inline std::uint8_t e2m1_sr_fast(float y, std::uint32_t w, const SrParams& sp, std::uint8_t* tie) {
+  const std::uint32_t u = float_bits(y);
+  const float a = bits_float(u & 0x7fffffffu);
+  // Binade index 0 below 2, 1 in [2, 4), 2 from 4: offset o = 0, 2, 4, step 1/m = 0.5, 1, 2
+  // and first code 0, 4, 6. Computed arithmetically, not with selects, which GCC would turn
+  // back into branches.
+  const std::uint32_t i2 = a >= 2.0f, i4 = a >= 4.0f;
+  const float o = static_cast<float>(2u * (i2 + i4));
+  const float m = bits_float((128u - i2 - i4) << 23);
+  const float t = (a - o) * m;                          // position in grid steps, exact
+  const std::int32_t c = static_cast<std::int32_t>(t);  // floor (t >= 0)
+  const float f = t - static_cast<float>(c);            // fraction, exact
+  const std::uint32_t base = 4u * i2 + 2u * i4;
+  std::uint32_t up;
+  if constexpr (P == SrPath::Exact) {
+    const double scaled = static_cast<double>(f) * 4294967296.0;  // f * 2^32, exact
+    const double wd = static_cast<double>(w);
+    up = wd + 1.0 <= scaled;
+    *tie = (wd < scaled) & (scaled < wd + 1.0);
+  } else if constexpr (P == SrPath::BitsFloat) {
+    up = static_cast<float>(static_cast<std::int32_t>(w >> sp.drop) + 1) <= f * sp.two_k;
+  } else {
+    const double scaled = static_cast<double>(f) * 4294967296.0;
+    up = (static_cast<double>(w >> sp.drop) + 1.0) * sp.two_drop <= scaled;
+  }
+  const std::uint32_t count = static_cast<std::uint32_t>(c) + base + up;  // a == 6: t = 1, count 7
+  return e2m1_from_magnitude_count(u, count);
+}
+
 // Scale, clamp and round n elements (a row padded to whole blocks); e holds each element's
 // block encode scale. Returns the number of clipped elements. Flat loops over elements, so
 // the RNE/RZ cases are branch-free and vectorise; SR uses the row's random words w. Every
 // code equals the reference e2m1_round(clamp(x * e_b), rs, index) (tested).
-template <Rounding R>
+template <Rounding R, SrPath P = SrPath::Exact>
 std::int64_t round_row(const float* __restrict x, const float* __restrict e, std::int64_t n, const RoundingSpec& rs,
-                       std::uint64_t first_index, const std::uint32_t* __restrict w, std::uint8_t* __restrict q) {
+                       std::uint64_t first_index, const std::uint32_t* __restrict w, std::uint8_t* __restrict q,
+                       std::uint8_t* __restrict tie) {
   std::int64_t clipped = 0;
+  const SrParams sp(rs.sr_bits);
   for (std::int64_t k = 0; k < n; ++k) {
     const float y0 = x[k] * e[k];
     clipped += abs_f32(y0) > kE2M1Max;
@@ -100,10 +160,49 @@ std::int64_t round_row(const float* __restrict x, const float* __restrict e, std
     } else if constexpr (R == Rounding::TowardZero) {
       q[k] = e2m1_rz(y);
     } else {
-      q[k] = e2m1_sr(y, w[k], rs.sr_bits, rs.rng, first_index + static_cast<std::uint64_t>(k));
+      q[k] = e2m1_sr_fast<P>(y, w[k], sp, &tie[k]);
+    }
+  }
+  if constexpr (R == Rounding::Stochastic) {
+    // Exact SR's ties (first 32 bits equal to floor(f * 2^32), probability 2^-32 per element):
+    // the reference function draws the extension bits.
+    if constexpr (P == SrPath::Exact) {
+      std::uint8_t any = 0;
+      for (std::int64_t k = 0; k < n; ++k) any |= tie[k];
+      if (any)
+        for (std::int64_t k = 0; k < n; ++k)
+          if (tie[k]) {
+            const float y0 = x[k] * e[k];
+            const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
+            q[k] = e2m1_sr(y, w[k], rs.sr_bits, rs.rng, first_index + static_cast<std::uint64_t>(k));
+          }
     }
   }
   return clipped;
+}
+
+// Steps 3-4 of the spec for the nblk blocks of one row, as separate loops over blocks so
+// that each vectorises: block amax keys, scale codes and values, encode scales, then each
+// element's encode scale e[k] for round_row. Equal, block for block, to
+// nvfp4_block_scale_code / e4m3_decode / nvfp4_block_encode_scale (tested).
+void block_scales_row(const float* __restrict x, std::int64_t nblk, GlobalScale g, bool legacy,
+                      std::uint8_t* __restrict sc, float* __restrict sv, float* __restrict e,
+                      std::uint32_t* __restrict keys, float* __restrict eb) {
+  for (std::int64_t b = 0; b < nblk; ++b) {
+    std::uint32_t key = 0;
+    for (int i = 0; i < kNvfp4Block; ++i) key = std::max(key, amax_key(x[b * kNvfp4Block + i]));
+    keys[b] = key;
+  }
+  const float factor = g.encode * (1.0f / 6.0f);
+  for (std::int64_t b = 0; b < nblk; ++b) {  // nvfp4_block_scale_code's argument and code
+    const float a = bits_float(keys[b]);
+    keys[b] = e4m3_encode_nonneg(legacy ? (a / 6.0f) * g.encode : a * factor);
+  }
+  for (std::int64_t b = 0; b < nblk; ++b) sv[b] = e4m3_decode_finite(keys[b]);
+  for (std::int64_t b = 0; b < nblk; ++b) eb[b] = std::min(1.0f / (sv[b] * g.decode), kFltMax);
+  for (std::int64_t b = 0; b < nblk; ++b) sc[b] = static_cast<std::uint8_t>(keys[b]);
+  for (std::int64_t b = 0; b < nblk; ++b)
+    for (int i = 0; i < kNvfp4Block; ++i) e[b * kNvfp4Block + i] = eb[b];
 }
 
 // Two 4-bit codes per byte, element 2j in the low nibble: read the code pairs as 16-bit
@@ -125,7 +224,9 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
 #pragma omp parallel reduction(+ : clipped)
   {
     std::vector<float> padded(static_cast<std::size_t>(pcols), 0.0f), eb(static_cast<std::size_t>(pcols));
-    std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols));
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols));
+    std::vector<std::uint32_t> keys(static_cast<std::size_t>(nblk));
+    std::vector<float> ebb(static_cast<std::size_t>(nblk));
     std::vector<std::uint32_t> words(R == Rounding::Stochastic ? static_cast<std::size_t>(pcols) : 0);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -136,18 +237,17 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
       }
       std::uint8_t* sc = out.scale_codes.data() + r * nblk;
       float* sv = out.scale_values.data() + r * nblk;
-      for (std::int64_t b = 0; b < nblk; ++b) {
-        std::uint32_t key = 0;
-        for (int i = 0; i < kNvfp4Block; ++i) key = std::max(key, amax_key(xr[b * kNvfp4Block + i]));
-        const std::uint8_t s = nvfp4_block_scale_code(bits_float(key), g.encode, legacy);
-        sc[b] = s;
-        sv[b] = e4m3_decode(s);
-        const float e_b = nvfp4_block_encode_scale(s, g.decode);
-        for (int i = 0; i < kNvfp4Block; ++i) eb[static_cast<std::size_t>(b * kNvfp4Block + i)] = e_b;
-      }
+      block_scales_row(xr, nblk, g, legacy, sc, sv, eb.data(), keys.data(), ebb.data());
       const auto first = static_cast<std::uint64_t>(r * pcols);
       if constexpr (R == Rounding::Stochastic) philox_words(spec.rounding.rng, first, pcols, words.data());
-      clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data());
+      const auto round = [&]<SrPath P>() {
+        return round_row<R, P>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
+      };
+      switch (R == Rounding::Stochastic ? sr_path(spec.rounding.sr_bits) : SrPath::Exact) {
+        case SrPath::Exact: clipped += round.template operator()<SrPath::Exact>(); break;
+        case SrPath::BitsFloat: clipped += round.template operator()<SrPath::BitsFloat>(); break;
+        case SrPath::BitsDouble: clipped += round.template operator()<SrPath::BitsDouble>(); break;
+      }
       pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
       if (dequantize) {
         float* dr = out.dequantized.data.data() + r * cols;
@@ -224,6 +324,48 @@ void nvfp4_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
     case Rounding::TowardZero: dispatch_layout<Rounding::TowardZero>(x, spec, out, dequantize); break;
     case Rounding::Stochastic: dispatch_layout<Rounding::Stochastic>(x, spec, out, dequantize); break;
   }
+}
+
+void nvfp4_quantize_reference(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out) {
+  const std::int64_t B = kNvfp4Block;
+  const std::int64_t br = spec.is_2d() ? B : 1;
+  out.rows = x.rows;
+  out.cols = x.cols;
+  out.padded_cols = (x.cols + B - 1) / B * B;
+  out.scale_rows = (x.rows + br - 1) / br;
+  out.scale_cols = out.padded_cols / B;
+  out.codes.assign(static_cast<std::size_t>(x.rows * out.padded_cols / 2), 0);
+  out.scale_codes.assign(static_cast<std::size_t>(out.scale_rows * out.scale_cols), 0);
+  out.scale_values.assign(out.scale_codes.size(), 0.0f);
+  out.dequantized = Matrix(x.rows, x.cols);
+  float amax = 0.0f;
+  for (float v : x.data) amax = max_ignore_nan(amax, abs_f32(v));
+  out.global = nvfp4_global_scale(amax);
+  const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
+  std::int64_t clipped = 0;
+  for (std::int64_t tr = 0; tr < out.scale_rows; ++tr)
+    for (std::int64_t tc = 0; tc < out.scale_cols; ++tc) {
+      const std::int64_t r0 = tr * br, r1 = std::min(x.rows, r0 + br), c0 = tc * B, c1 = std::min(x.cols, c0 + B);
+      float a = 0.0f;
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) a = max_ignore_nan(a, abs_f32(x(r, c)));
+      const std::uint8_t s = nvfp4_block_scale_code(a, out.global.encode, legacy);
+      const float e_b = nvfp4_block_encode_scale(s, out.global.decode);
+      out.scale_codes[static_cast<std::size_t>(tr * out.scale_cols + tc)] = s;
+      out.scale_values[static_cast<std::size_t>(tr * out.scale_cols + tc)] = e4m3_decode(s);
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          bool clip;
+          const float y = clamp_e2m1_range(x(r, c) * e_b, &clip);
+          clipped += clip;
+          const auto index = static_cast<std::uint64_t>(r * out.padded_cols + c);
+          const std::uint8_t q = e2m1_round(y, spec.rounding, index);
+          std::uint8_t& byte = out.codes[static_cast<std::size_t>(index / 2)];
+          byte = static_cast<std::uint8_t>((index & 1) ? (byte & 0x0f) | (q << 4) : (byte & 0xf0) | q);
+          out.dequantized(r, c) = nvfp4_dequantize(q, s, out.global.decode);
+        }
+    }
+  out.clipped = clipped;
 }
 
 }  // namespace fp4d
