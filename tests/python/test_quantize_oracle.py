@@ -535,6 +535,7 @@ def test_rht_quantization_of_transformed(outputs, tensor):
 
 # ---------------------------------------------------------------------------
 # SR presets: not bit-checked (Philox is not re-implemented here); structural checks
+# (bit-for-bit SR checks with a Philox oracle: test_sr_oracle.py)
 # ---------------------------------------------------------------------------
 
 
