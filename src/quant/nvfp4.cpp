@@ -74,7 +74,7 @@ int quantize_block16(const float* v, float e_b, const RoundingSpec& rs, std::uin
 // Random words for elements [first, first + n) of one row (first and n multiples of 4):
 // the Philox blocks are computed in a plain loop over independent counters, which the
 // compiler vectorises (32x32->64-bit multiplies).
-void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_t* w) {
+__attribute__((noinline)) void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_t* w) {
   const std::uint64_t b0 = first >> 2;
   const std::uint32_t k0 = static_cast<std::uint32_t>(s.seed), k1 = static_cast<std::uint32_t>(s.seed >> 32);
   const std::uint32_t s0 = static_cast<std::uint32_t>(s.stream), s1 = static_cast<std::uint32_t>(s.stream >> 32);
@@ -89,32 +89,32 @@ void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_
   }
 }
 
-// Branch-free form of e2m1_sr for a clamped y, decided by the element's primary word w
-// alone (so that the loop over a row vectorises). It returns exactly what e2m1_sr returns,
-// except where exact SR's first 32 bits tie (w == floor(f * 2^32) with bits of f below
-// 2^-32): then *tie is set and the caller asks the reference function. The comparison
-// r < floor(f * 2^k) is made as r + 1 <= f * 2^k: exact in float for k <= 24, in double
-// above.
-enum class SrPath { Exact, BitsFloat, BitsDouble };
-struct SrParams {
-  int drop = 0;          // 32 - k
-  float two_k = 0;       // 2^k (BitsFloat)
-  double two_drop = 0;   // 2^(32 - k) (BitsDouble)
-  explicit SrParams(int sr_bits) {
-    if (sr_bits == kSrExact) return;
-    drop = 32 - sr_bits;
-    two_k = std::ldexp(1.0f, sr_bits);
-    two_drop = std::ldexp(1.0, drop);
-  }
-};
-constexpr SrPath sr_path(int sr_bits) {
-  return sr_bits == kSrExact ? SrPath::Exact : (sr_bits <= 24 ? SrPath::BitsFloat : SrPath::BitsDouble);
+// floor(f * 2^32) for f in [0, 1) from the bits of f, and whether f * 2^32 has a fractional
+// part: f = m * 2^E / 2^32 with m the 24-bit significand, so floor(f * 2^32) = m << E or
+// m >> -E. Integer shifts only (per-lane variable shifts vectorise); equal to
+// sr_fraction_floor32 (tested through the quantizers' reference comparison).
+inline std::uint32_t sr_floor32_bits(float f, std::uint32_t* has_remainder) {
+  const std::uint32_t fb = float_bits(f);
+  const std::uint32_t ef = fb >> 23;  // f >= 0, < 1: biased exponent <= 126
+  const std::uint32_t normal = ef != 0;
+  const std::uint32_t m = (fb & 0x7fffffu) | (normal << 23);
+  const std::int32_t e = static_cast<std::int32_t>(ef + (normal ^ 1u)) - 118;  // f * 2^32 = m * 2^e, e <= 8
+  const std::uint32_t left = static_cast<std::uint32_t>(std::max(e, 0));
+  const std::uint32_t right = static_cast<std::uint32_t>(std::min(std::max(-e, 0), 31));  // m < 2^24: >> 31 is 0
+  *has_remainder = (m & ((1u << right) - 1u)) != 0;
+  return (m << left) >> right;
 }
 
-template <SrPath P>
-inline std::uint8_t e2m1_sr_fast(float y, std::uint32_t w, const SrParams& sp, std::uint8_t* tie) {
-  const std::uint32_t u = float_bits(y);
-  const float a = bits_float(u & 0x7fffffffu);
+// Branch-free form of e2m1_sr, decided by the element's primary word w alone, so that the
+// loop over a row vectorises. It returns exactly what e2m1_sr returns, except where exact
+// SR's first 32 bits tie (w == floor(f * 2^32) and f * 2^32 is not an integer): then *tie is
+// set and the caller asks the reference function. y0 is the scaled value before the clamp:
+// |y0| is clamped to 6 on the integer bits (NaN and Inf bits compare above 6 and give 6,
+// code 7), and the sign is combined with a mask - no selects, no control flow.
+template <bool Exact>
+inline std::uint8_t e2m1_sr_fast(float y0, std::uint32_t w, int drop, std::uint8_t* tie) {
+  const std::uint32_t u = float_bits(y0);
+  const float a = bits_float(std::min(u & 0x7fffffffu, 0x40c00000u));  // min(|y0|, 6)
   // Binade index 0 below 2, 1 in [2, 4), 2 from 4: offset o = 0, 2, 4, step 1/m = 0.5, 1, 2
   // and first code 0, 4, 6. Computed arithmetically, not with selects, which GCC would turn
   // back into branches.
@@ -125,48 +125,46 @@ inline std::uint8_t e2m1_sr_fast(float y, std::uint32_t w, const SrParams& sp, s
   const std::int32_t c = static_cast<std::int32_t>(t);  // floor (t >= 0)
   const float f = t - static_cast<float>(c);            // fraction, exact
   const std::uint32_t base = 4u * i2 + 2u * i4;
+  std::uint32_t has_remainder;
+  const std::uint32_t f32 = sr_floor32_bits(f, &has_remainder);
   std::uint32_t up;
-  if constexpr (P == SrPath::Exact) {
-    const double scaled = static_cast<double>(f) * 4294967296.0;  // f * 2^32, exact
-    const double wd = static_cast<double>(w);
-    up = wd + 1.0 <= scaled;
-    *tie = (wd < scaled) & (scaled < wd + 1.0);
-  } else if constexpr (P == SrPath::BitsFloat) {
-    up = static_cast<float>(static_cast<std::int32_t>(w >> sp.drop) + 1) <= f * sp.two_k;
+  if constexpr (Exact) {
+    up = w < f32;
+    *tie = static_cast<std::uint8_t>((w == f32) & has_remainder);
   } else {
-    const double scaled = static_cast<double>(f) * 4294967296.0;
-    up = (static_cast<double>(w >> sp.drop) + 1.0) * sp.two_drop <= scaled;
+    up = (w >> drop) < (f32 >> drop);  // r < floor(f * 2^k)
   }
   const std::uint32_t count = static_cast<std::uint32_t>(c) + base + up;  // a == 6: t = 1, count 7
-  return e2m1_from_magnitude_count(u, count);
+  const std::uint32_t not_nan = (u & 0x7fffffffu) <= 0x7f800000u;         // NaN: count is 7, no sign
+  return static_cast<std::uint8_t>(count | (((u >> 31) & not_nan) << 3));
 }
 
 // Scale, clamp and round n elements (a row padded to whole blocks); e holds each element's
 // block encode scale. Returns the number of clipped elements. Flat loops over elements, so
 // the RNE/RZ cases are branch-free and vectorise; SR uses the row's random words w. Every
 // code equals the reference e2m1_round(clamp(x * e_b), rs, index) (tested).
-template <Rounding R, SrPath P = SrPath::Exact>
-std::int64_t round_row(const float* __restrict x, const float* __restrict e, std::int64_t n, const RoundingSpec& rs,
+// noinline: vectorised as a function of its own, where the __restrict qualifiers hold
+// (inlined into the OpenMP region the aliasing information is lost).
+template <Rounding R, bool Exact = false>
+__attribute__((noinline)) std::int64_t round_row(const float* __restrict x, const float* __restrict e, std::int64_t n, const RoundingSpec& rs,
                        std::uint64_t first_index, const std::uint32_t* __restrict w, std::uint8_t* __restrict q,
                        std::uint8_t* __restrict tie) {
   std::int64_t clipped = 0;
-  const SrParams sp(rs.sr_bits);
+  const int drop = rs.sr_bits == kSrExact ? 0 : 32 - rs.sr_bits;
   for (std::int64_t k = 0; k < n; ++k) {
     const float y0 = x[k] * e[k];
     clipped += abs_f32(y0) > kE2M1Max;
-    const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
-    if constexpr (R == Rounding::NearestEven) {
-      q[k] = e2m1_rne(y);
-    } else if constexpr (R == Rounding::TowardZero) {
-      q[k] = e2m1_rz(y);
+    if constexpr (R == Rounding::Stochastic) {
+      q[k] = e2m1_sr_fast<Exact>(y0, w[k], drop, &tie[k]);  // clamps itself
     } else {
-      q[k] = e2m1_sr_fast<P>(y, w[k], sp, &tie[k]);
+      const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
+      q[k] = R == Rounding::NearestEven ? e2m1_rne(y) : e2m1_rz(y);
     }
   }
   if constexpr (R == Rounding::Stochastic) {
     // Exact SR's ties (first 32 bits equal to floor(f * 2^32), probability 2^-32 per element):
     // the reference function draws the extension bits.
-    if constexpr (P == SrPath::Exact) {
+    if constexpr (Exact) {
       std::uint8_t any = 0;
       for (std::int64_t k = 0; k < n; ++k) any |= tie[k];
       if (any)
@@ -185,7 +183,7 @@ std::int64_t round_row(const float* __restrict x, const float* __restrict e, std
 // that each vectorises: block amax keys, scale codes and values, encode scales, then each
 // element's encode scale e[k] for round_row. Equal, block for block, to
 // nvfp4_block_scale_code / e4m3_decode / nvfp4_block_encode_scale (tested).
-void block_scales_row(const float* __restrict x, std::int64_t nblk, GlobalScale g, bool legacy,
+__attribute__((noinline)) void block_scales_row(const float* __restrict x, std::int64_t nblk, GlobalScale g, bool legacy,
                       std::uint8_t* __restrict sc, float* __restrict sv, float* __restrict e,
                       std::uint32_t* __restrict keys, float* __restrict eb) {
   for (std::int64_t b = 0; b < nblk; ++b) {
@@ -207,7 +205,7 @@ void block_scales_row(const float* __restrict x, std::int64_t nblk, GlobalScale 
 
 // Two 4-bit codes per byte, element 2j in the low nibble: read the code pairs as 16-bit
 // little-endian words (a plain loop that vectorises, unlike a stride-2 byte gather).
-void pack_nibbles(const std::uint8_t* __restrict q, std::int64_t n, std::uint8_t* __restrict out) {
+__attribute__((noinline)) void pack_nibbles(const std::uint8_t* __restrict q, std::int64_t n, std::uint8_t* __restrict out) {
   for (std::int64_t j = 0; j < n / 2; ++j) {
     std::uint16_t pair;
     std::memcpy(&pair, q + 2 * j, 2);
@@ -240,14 +238,10 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
       block_scales_row(xr, nblk, g, legacy, sc, sv, eb.data(), keys.data(), ebb.data());
       const auto first = static_cast<std::uint64_t>(r * pcols);
       if constexpr (R == Rounding::Stochastic) philox_words(spec.rounding.rng, first, pcols, words.data());
-      const auto round = [&]<SrPath P>() {
-        return round_row<R, P>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
-      };
-      switch (R == Rounding::Stochastic ? sr_path(spec.rounding.sr_bits) : SrPath::Exact) {
-        case SrPath::Exact: clipped += round.template operator()<SrPath::Exact>(); break;
-        case SrPath::BitsFloat: clipped += round.template operator()<SrPath::BitsFloat>(); break;
-        case SrPath::BitsDouble: clipped += round.template operator()<SrPath::BitsDouble>(); break;
-      }
+      if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
+        clipped += round_row<R, true>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
+      else
+        clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
       pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
       if (dequantize) {
         float* dr = out.dequantized.data.data() + r * cols;
