@@ -1,0 +1,76 @@
+"""fp4drift_analysis: loading `fp4drift quantize` outputs, refusing unknown schemas, plotting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
+from fp4drift_analysis import SchemaError, load_quantize  # noqa: E402
+from fp4drift_analysis.plots import plot_quantize  # noqa: E402
+
+EXE = os.environ.get("FP4DRIFT_EXE", "")
+pytestmark = pytest.mark.skipif(
+    not (EXE and os.access(EXE, os.X_OK)), reason="FP4DRIFT_EXE not set to the fp4drift binary"
+)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("analysis") / "q.h5"
+    subprocess.run(
+        [EXE, "quantize", "--generate", "normal", "--shape", "64x64", "--recipe", "nvfp4,mxfp4,bf16",
+         "--out", str(out)],
+        check=True, capture_output=True,
+    )
+    return out
+
+
+def test_load_keeps_run_order_and_statistics(trace: Path) -> None:
+    r = load_quantize(str(trace))
+    assert r.names == ["nvfp4", "mxfp4", "bf16"]
+    nmse = r.stat("nmse")
+    # Ordering implied by the formats on N(0,1) data: BF16 (8 significant bits) is far more
+    # accurate than either 4-bit format; NVFP4's E4M3 scales beat MXFP4's power-of-two ones.
+    assert nmse[2] < nmse[0] < nmse[1]
+    with h5py.File(trace) as f:
+        assert np.isclose(nmse[0], f["recipes/nvfp4/stats"].attrs["nmse"], rtol=0, atol=0)
+
+
+def test_unknown_schema_version_is_refused(trace: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "future.h5"
+    bad.write_bytes(trace.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f.attrs["schema_version"] = 99
+    with pytest.raises(SchemaError, match="version 99"):
+        load_quantize(str(bad))
+
+
+def test_incomplete_run_is_refused(trace: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "running.h5"
+    bad.write_bytes(trace.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f.attrs["status"] = "running"
+    with pytest.raises(SchemaError, match="running"):
+        load_quantize(str(bad))
+
+
+def test_plot_writes_png_and_pdf(trace: Path, tmp_path: Path) -> None:
+    for name in ("q.png", "q.pdf"):
+        out = tmp_path / name
+        plot_quantize(str(trace), str(out))
+        assert out.stat().st_size > 5000
+
+
+def test_cli_entry_point_reports_errors(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "analysis"))
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-quantize", str(tmp_path / "nope.h5"),
+                        "--out", str(tmp_path / "x.png")], capture_output=True, text=True, env=env)
+    assert r.returncode == 2
+    assert "nope.h5" in r.stderr
