@@ -46,7 +46,7 @@ void fp8_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& o
     for (std::int64_t r = r0; r < r1; ++r)
       for (std::int64_t c = c0; c < c1; ++c) {
         const float y = x(r, c) * enc;
-        local_clipped += abs_f32(y) > ops.max;
+        local_clipped += abs_f32(y) > ops.max && is_finite_f32(y);
         const std::uint8_t q = ops.encode(y);
         out.codes[static_cast<std::size_t>(r * g.padded_cols + c)] = q;
         if (dequantize) out.dequantized(r, c) = ops.decode(q) * dec;

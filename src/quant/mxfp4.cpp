@@ -28,7 +28,7 @@ void mxfp4_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
     std::int64_t local_clipped = 0;
     for (std::int64_t c = c0; c < c1; ++c) {
       const float y = x(r, c) * inv;
-      local_clipped += abs_f32(y) > kE2M1Max;
+      local_clipped += abs_f32(y) > kE2M1Max && is_finite_f32(y);
       const std::uint8_t q = e2m1_round(y, spec.rounding, static_cast<std::uint64_t>(r * g.padded_cols + c));
       std::uint8_t& byte = out.codes[static_cast<std::size_t>((r * g.padded_cols + c) / 2)];
       byte = static_cast<std::uint8_t>((c & 1) ? (byte & 0x0f) | (q << 4) : (byte & 0xf0) | q);

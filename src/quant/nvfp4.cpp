@@ -153,7 +153,7 @@ __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, cons
   const int drop = rs.sr_bits == kSrExact ? 0 : 32 - rs.sr_bits;
   for (std::int64_t k = 0; k < n; ++k) {
     const float y0 = x[k] * e[k];
-    clipped += abs_f32(y0) > kE2M1Max;
+    clipped += (abs_f32(y0) > kE2M1Max) & (abs_f32(y0) <= kFltMax);  // as clamp_e2m1_range
     if constexpr (R == Rounding::Stochastic) {
       q[k] = e2m1_sr_fast<Exact>(y0, w[k], drop, &tie[k]);  // clamps itself
     } else {
@@ -203,6 +203,21 @@ __attribute__((noinline)) void block_scales_row(const float* __restrict x, std::
     for (int i = 0; i < kNvfp4Block; ++i) e[b * kNvfp4Block + i] = eb[b];
 }
 
+// Elements of zero-scale blocks are not "clipped" (the whole block flushes to zero and is
+// counted as underflow); round_row counted them, with e_b = FLT_MAX. Such blocks are rare:
+// one scan of the row's scale codes, and a recount only where one is found.
+std::int64_t zero_scale_clipped(const float* x, const float* e, const std::uint8_t* sc, std::int64_t nblk) {
+  std::int64_t n = 0;
+  for (std::int64_t b = 0; b < nblk; ++b) {
+    if ((sc[b] & 0x7fu) != 0) continue;
+    for (std::int64_t k = b * kNvfp4Block; k < (b + 1) * kNvfp4Block; ++k) {
+      const float y0 = x[k] * e[k];
+      n += (abs_f32(y0) > kE2M1Max) & (abs_f32(y0) <= kFltMax);
+    }
+  }
+  return n;
+}
+
 // Two 4-bit codes per byte, element 2j in the low nibble: read the code pairs as 16-bit
 // little-endian words (a plain loop that vectorises, unlike a stride-2 byte gather).
 __attribute__((noinline)) void pack_nibbles(const std::uint8_t* __restrict q, std::int64_t n, std::uint8_t* __restrict out) {
@@ -242,6 +257,7 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
         clipped += round_row<R, true>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
       else
         clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
+      clipped -= zero_scale_clipped(xr, eb.data(), sc, nblk);
       pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
       if (dequantize) {
         float* dr = out.dequantized.data.data() + r * cols;
@@ -281,7 +297,8 @@ void quantize_16x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out
         float v[kNvfp4Block];
         for (int i = 0; i < kNvfp4Block; ++i) v[i] = i < n ? x(r, c0 + i) : 0.0f;
         std::uint8_t q[kNvfp4Block];
-        clipped += quantize_block16<R>(v, e_b, spec.rounding, static_cast<std::uint64_t>(r * pcols + c0), q);
+        const int c = quantize_block16<R>(v, e_b, spec.rounding, static_cast<std::uint64_t>(r * pcols + c0), q);
+        clipped += (s & 0x7fu) != 0 ? c : 0;  // zero-scale tiles flush: underflow, not clipping
         std::uint8_t* cr = out.codes.data() + r * (pcols / 2);
         for (int i = 0; i < kNvfp4Block / 2; ++i)
           cr[c0 / 2 + i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
@@ -351,7 +368,7 @@ void nvfp4_quantize_reference(const Matrix& x, const QuantSpec& spec, QuantizedT
         for (std::int64_t c = c0; c < c1; ++c) {
           bool clip;
           const float y = clamp_e2m1_range(x(r, c) * e_b, &clip);
-          clipped += clip;
+          clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
           const auto index = static_cast<std::uint64_t>(r * out.padded_cols + c);
           const std::uint8_t q = e2m1_round(y, spec.rounding, index);
           std::uint8_t& byte = out.codes[static_cast<std::size_t>(index / 2)];

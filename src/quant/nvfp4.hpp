@@ -2,6 +2,8 @@
 // E4M3 block scales and an FP32 tensor scale (nvfp4-spec.md section 2).
 #pragma once
 
+#include <algorithm>
+
 #include "quant/nvfp4_math.hpp"
 #include "quant/quantized.hpp"
 
@@ -25,7 +27,9 @@ inline std::uint32_t amax_key(float x) {
 inline std::uint32_t e4m3_encode_nonneg(float v) {  // code in the low 8 bits
   const std::uint32_t a = float_bits(v);
   const std::uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);  // RNE, 3 mantissa bits
-  const float scaled = v * 512.0f;                                                       // units of 2^-9, < 8
+  // Units of 2^-9, < 8 where used; clamped first so that the conversion below is defined
+  // for every input (its result only counts below 2^-6).
+  const float scaled = std::min(v, 0.015625f) * 512.0f;
   const std::uint32_t sub = static_cast<std::uint32_t>((scaled + 8388608.0f) - 8388608.0f);
   const std::uint32_t is_sub = 0u - static_cast<std::uint32_t>(a < 0x3c800000u);  // below 2^-6
   const std::uint32_t is_sat = 0u - static_cast<std::uint32_t>(a >= 0x43e00000u);  // 448 and above

@@ -46,9 +46,10 @@ FP4D_HD float nvfp4_block_encode_scale(std::uint8_t scale_code, float s_dec) {
 }
 
 // Step 5's clamp to [-6, 6]; NaN passes through (and becomes E2M1 code 0x7, as CUDA's
-// conversion maps it). Returns whether |v| > 6, the "clipped" event of the statistics.
+// conversion maps it). Reports whether a finite v has |v| > 6: the "clipped" event of the
+// statistics (an infinite input saturates too, but is counted as non-finite, not clipped).
 FP4D_HD float clamp_e2m1_range(float v, bool* clipped) {
-  *clipped = abs_f32(v) > kE2M1Max;
+  *clipped = abs_f32(v) > kE2M1Max && abs_f32(v) <= kFltMax;
   return v > kE2M1Max ? kE2M1Max : (v < -kE2M1Max ? -kE2M1Max : v);
 }
 

@@ -22,7 +22,8 @@ struct QuantStats {
   double bias = 0;                  // mean signed error: sum (x_hat - x) / n
   double relative_bias = 0;         // sum (x_hat - x) / sum |x|
   double max_abs_error = 0;         // max |x_hat - x|
-  double clipped_fraction = 0;      // elements with |x * e_b| above the element maximum / n
+  double clipped_fraction = 0;      // finite elements with |x * e_b| above the element maximum, in
+                                    // blocks whose scale is not 0, / n (the biasing clip of the spec)
   double underflow_fraction = 0;    // elements with x != 0 and x_hat == 0 / (elements with x != 0)
   std::int64_t blocks = 0;
   std::int64_t zero_scale_blocks = 0;       // block scale 0 (nvfp4), a zero block can have it too
@@ -43,7 +44,7 @@ struct QuantizedTensor {
   std::vector<std::uint8_t> scale_codes;   // E4M3 (nvfp4) or UE8M0 (mxfp4) codes
   std::vector<float> scale_values;         // decode scale of every block as float32 (all schemes)
   GlobalScale global{};                    // nvfp4 tensor scale (1 elsewhere)
-  std::int64_t clipped = 0;                // elements with |x * e_b| above the element maximum
+  std::int64_t clipped = 0;                // see QuantStats::clipped_fraction
   Matrix transformed;                      // RHT output that was quantized (input orientation), if any
   Matrix dequantized;                      // input orientation
   QuantStats stats;

@@ -63,7 +63,7 @@ QuantStats compute_stats(const std::function<double(std::int64_t)>& target, cons
   s.bias = t.n > 0 ? t.err / static_cast<double>(t.n) : 0.0;
   s.relative_bias = t.absref > 0 ? t.err / t.absref : 0.0;
   s.max_abs_error = t.maxerr;
-  s.clipped_fraction = n > 0 ? static_cast<double>(q.clipped) / static_cast<double>(n) : 0.0;
+  s.clipped_fraction = t.n > 0 ? static_cast<double>(q.clipped) / static_cast<double>(t.n) : 0.0;
   s.underflow_fraction = t.nonzero > 0 ? static_cast<double>(t.underflow) / static_cast<double>(t.nonzero) : 0.0;
   s.blocks = static_cast<std::int64_t>(q.scale_values.size());
   if (q.spec.scheme == Scheme::Nvfp4) {

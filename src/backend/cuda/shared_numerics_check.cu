@@ -1,7 +1,14 @@
 // Device-side instantiation of the shared (FP4D_HD) numerics: element conversions, the
-// NVFP4/MXFP4 scale arithmetic and Philox. The kernel quantizes one 1x16 NVFP4 block per
-// thread exactly as the CPU backend's quantize_1x16 does; the CUDA backend's real kernels
+// NVFP4/MXFP4 scale arithmetic and Philox. The kernels quantize 1x16 NVFP4 blocks exactly
+// as the CPU reference does (one thread per block) and convert values to every 8-bit
+// format; tests/gpu compares them with the CPU bit for bit. The CUDA backend's real kernels
 // build on the same calls.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/shared_numerics_check.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
@@ -10,8 +17,14 @@
 
 namespace fp4d::cuda {
 
-__global__ void nvfp4_block_reference_kernel(const float* x, int blocks, GlobalScale g, RoundingSpec r,
-                                             unsigned char* codes, unsigned char* scales) {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+__global__ void nvfp4_blocks_kernel(const float* x, int blocks, GlobalScale g, RoundingSpec r, unsigned char* codes,
+                                    unsigned char* scales) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= blocks) return;
   float a = 0.0f;
@@ -28,13 +41,55 @@ __global__ void nvfp4_block_reference_kernel(const float* x, int blocks, GlobalS
   scales[b] = s;
 }
 
-__global__ void format_instantiation_kernel(const float* x, int n, unsigned char* out) {
+__global__ void formats_kernel(const float* x, int n, unsigned char* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   out[4 * i + 0] = e4m3_rne_satfinite(x[i]);
   out[4 * i + 1] = e5m2_rne_satfinite(x[i]);
   out[4 * i + 2] = ue8m0_from_exponent(mxfp4_scale_exponent(abs_f32(x[i]), MxScaleRule::Ceil));
   out[4 * i + 3] = static_cast<unsigned char>(bf16_rne_bits(x[i]) >> 8);
+}
+
+template <class T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  explicit DeviceBuffer(std::size_t n) { check(cudaMalloc(&p, n * sizeof(T) + 1), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+}  // namespace
+
+bool device_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+void nvfp4_blocks_on_device(const float* x, int blocks, GlobalScale g, RoundingSpec r, unsigned char* codes,
+                            unsigned char* scales) {
+  const std::size_t n = 16u * static_cast<std::size_t>(blocks);
+  DeviceBuffer<float> dx(n);
+  DeviceBuffer<unsigned char> dc(n / 2), ds(static_cast<std::size_t>(blocks));
+  check(cudaMemcpy(dx.p, x, n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy x");
+  nvfp4_blocks_kernel<<<(blocks + 127) / 128, 128>>>(dx.p, blocks, g, r, dc.p, ds.p);
+  check(cudaGetLastError(), "nvfp4_blocks_kernel launch");
+  check(cudaDeviceSynchronize(), "nvfp4_blocks_kernel");
+  check(cudaMemcpy(codes, dc.p, n / 2, cudaMemcpyDeviceToHost), "cudaMemcpy codes");
+  check(cudaMemcpy(scales, ds.p, static_cast<std::size_t>(blocks), cudaMemcpyDeviceToHost), "cudaMemcpy scales");
+}
+
+void formats_on_device(const float* x, int n, unsigned char* out4) {
+  DeviceBuffer<float> dx(static_cast<std::size_t>(n));
+  DeviceBuffer<unsigned char> d(4u * static_cast<std::size_t>(n));
+  check(cudaMemcpy(dx.p, x, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy x");
+  formats_kernel<<<(n + 255) / 256, 256>>>(dx.p, n, d.p);
+  check(cudaGetLastError(), "formats_kernel launch");
+  check(cudaDeviceSynchronize(), "formats_kernel");
+  check(cudaMemcpy(out4, d.p, 4u * static_cast<std::size_t>(n), cudaMemcpyDeviceToHost), "cudaMemcpy out");
 }
 
 }  // namespace fp4d::cuda
