@@ -1,0 +1,2 @@
+#include "support/catch.hpp"
+TEST_CASE("placeholder") { CHECK(true); }
