@@ -22,33 +22,14 @@
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
+#include "support/float_bits.hpp"
 
 using namespace fp4d;
+using namespace fp4d_test;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kFMax = std::numeric_limits<float>::max();
 
-std::uint32_t fbits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-bool same_bits(float a, float b) { return fbits(a) == fbits(b); }
-std::string hexf(float x) {
-  char b[48];
-  std::snprintf(b, sizeof b, "%a (0x%08x)", static_cast<double>(x), fbits(x));
-  return b;
-}
-float f32mul(float a, float b) { return static_cast<float>(static_cast<double>(a) * static_cast<double>(b)); }
-float f32div(float a, float b) { return static_cast<float>(static_cast<double>(a) / static_cast<double>(b)); }
 
 QuantSpec spec_of(const char* name) { return preset(name).spec; }
 Matrix row(std::initializer_list<float> v) {

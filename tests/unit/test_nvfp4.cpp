@@ -28,30 +28,15 @@
 #include "quant/quantize.hpp"
 #include "quant/recipes.hpp"
 #include "support/catch.hpp"
+#include "support/float_bits.hpp"
 
 using namespace fp4d;
+using namespace fp4d_test;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kFMax = std::numeric_limits<float>::max();
 
-std::uint32_t fbits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-bool same_bits(float a, float b) { return fbits(a) == fbits(b); }
-std::string hexf(float x) {
-  char b[48];
-  std::snprintf(b, sizeof b, "%a (0x%08x)", static_cast<double>(x), fbits(x));
-  return b;
-}
 
-// ---- independent float32 arithmetic: exact in double, then one rounding ----------------
-float f32mul(float a, float b) { return static_cast<float>(static_cast<double>(a) * static_cast<double>(b)); }
-float f32div(float a, float b) { return static_cast<float>(static_cast<double>(a) / static_cast<double>(b)); }
 
 // ---- value tables from the format definitions (spec section 1) ---------------------------
 // E2M1 magnitudes by code 0..7.

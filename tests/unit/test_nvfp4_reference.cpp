@@ -13,8 +13,10 @@
 #include "quant/nvfp4.hpp"
 #include "quant/recipes.hpp"
 #include "support/catch.hpp"
+#include "support/float_bits.hpp"
 
 using namespace fp4d;
+using namespace fp4d_test;
 
 namespace {
 
@@ -36,7 +38,6 @@ Matrix random_matrix(std::int64_t rows, std::int64_t cols, std::uint64_t seed, b
   return m;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 void require_identical(const QuantizedTensor& a, const QuantizedTensor& b) {
   REQUIRE(a.codes == b.codes);

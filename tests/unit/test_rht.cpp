@@ -22,18 +22,14 @@
 #include "quant/recipes.hpp"
 #include "quant/rht.hpp"
 #include "support/catch.hpp"
+#include "support/float_bits.hpp"
 
 using namespace fp4d;
+using namespace fp4d_test;
 using boost::multiprecision::cpp_rational;
 
 namespace {
 
-std::uint32_t fbits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-bool same_bits(float a, float b) { return fbits(a) == fbits(b); }
 
 // Sylvester Hadamard matrix (+-1 entries) by the recursion, row-major d x d.
 std::vector<int> sylvester(int d) {
