@@ -16,7 +16,11 @@
 #include "quant/fp8_scaled.hpp"
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
+#include "quant/quantize.hpp"
 #include "quant/recipes.hpp"
+#include "quant/ref_operand.hpp"
+#include "ref/exact_block_gemm.hpp"
+#include "ref/reference_gemm.hpp"
 #include "sim/generators.hpp"
 
 namespace fp4d::cli {
@@ -51,11 +55,79 @@ struct BenchArgs {
   std::vector<int> threads{1, 2};
   int repeat = 5;
   std::vector<std::string> only;  // case names to run (all when empty)
+  std::vector<std::int64_t> sizes{256, 1024};  // gemm-ref
   bool json = false;
 };
 
+double best_seconds(int repeat, const std::function<void()>& f) {
+  f();  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// fp4drift bench gemm-ref: the exact fixed-point GEMM of NVFP4 operands (M = N = K = size)
+// in multiply-adds per second, against the same product of the dequantized values in
+// cpp_bin_float<256> (on a size of at most 128, where it takes seconds, as MAC/s).
+int run_bench_gemm_ref(const BenchArgs& a) {
+  struct Row {
+    std::string what;
+    std::int64_t size;
+    int threads;
+    double seconds, macs;
+  };
+  std::vector<Row> rows;
+  for (const std::int64_t size : a.sizes) {
+    if (size < 16 || size > 4096) throw UsageError("--sizes must be in [16, 4096]");
+    GeneratorSpec g;
+    g.rows = g.cols = size;
+    g.seed = 11;
+    const Matrix x = generate(g);
+    g.seed = 12;
+    const Matrix w = generate(g);
+    const QuantizedTensor qa = quantize_cpu(x, preset("nvfp4").spec), qb = quantize_cpu(w, preset("nvfp4").spec);
+    const ref::BlockOperand A = block_operand(qa), B = block_operand(qb);
+    const double macs = static_cast<double>(size) * size * size;
+    for (const int t : a.threads) {
+      omp_set_num_threads(t);
+      const double s = best_seconds(a.repeat, [&] { (void)ref::exact_block_gemm_nt(A, B); });
+      rows.push_back({"exact-block (Kulisch)", size, t, s, macs / s});
+    }
+    const std::int64_t ms = std::min<std::int64_t>(size, 128);
+    std::vector<double> ad(static_cast<std::size_t>(ms * ms)), bd(ad.size());
+    for (std::int64_t r = 0; r < ms; ++r)
+      for (std::int64_t c = 0; c < ms; ++c) {
+        ad[static_cast<std::size_t>(r * ms + c)] = qa.dequantized(r, c);
+        bd[static_cast<std::size_t>(r * ms + c)] = qb.dequantized(r, c);
+      }
+    omp_set_num_threads(1);
+    const double s = best_seconds(1, [&] { (void)ref::gemm_nt<ref::mp256>(ad.data(), bd.data(), ms, ms, ms); });
+    rows.push_back({"cpp_bin_float<256>", ms, 1, s, static_cast<double>(ms) * ms * ms / s});
+  }
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().field("benchmark", "gemm-ref").key("results").begin_array();
+    for (const Row& r : rows)
+      j.begin_object().field("case", r.what).field("size", r.size).field("threads", r.threads).field("seconds", r.seconds)
+          .field("mac_per_s", r.macs).field("mac_per_s_per_core", r.macs / r.threads).end_object();
+    j.end_array().end_object();
+    return 0;
+  }
+  std::printf("fp4drift bench gemm-ref: exact GEMM of NVFP4 operands (M = N = K = size), best of %d\n", a.repeat);
+  std::printf("%-22s %6s %7s %11s %14s %16s\n", "case", "size", "threads", "seconds", "MMAC/s", "MMAC/s/core");
+  for (const Row& r : rows)
+    std::printf("%-22s %6lld %7d %11.4f %14.1f %16.1f\n", r.what.c_str(), static_cast<long long>(r.size), r.threads,
+                r.seconds, r.macs / 1e6, r.macs / 1e6 / r.threads);
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
-  if (a.what != "quantize") throw UsageError("unknown benchmark '" + a.what + "' (known: quantize)");
+  if (a.what == "gemm-ref") return run_bench_gemm_ref(a);
+  if (a.what != "quantize") throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -150,7 +222,8 @@ int run_bench(const BenchArgs& a) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref")->capture_default_str();
+  app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
   app.add_option("--log2-elements", a->log2_elements, "Tensor size 2^N elements")->capture_default_str();
   app.add_option("--threads", a->threads, "Thread counts to run (list)")->delimiter(',');
   app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();

@@ -13,6 +13,7 @@ using Runner = std::function<int()>;
 
 Runner add_quantize(CLI::App& app, const std::string& command_line);
 Runner add_bench(CLI::App& app);
+Runner add_gemm(CLI::App& app, const std::string& command_line);
 
 // Errors meant for the user: printed as one line "fp4drift: error: ..." with exit status 2
 // (bad input or usage) by main().

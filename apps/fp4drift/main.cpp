@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, fp4d::cli::Runner> runners;
   CLI::App* q = app.add_subcommand("quantize", "Quantize a tensor (HDF5 dataset or synthetic) with one or more recipes");
   runners[q] = fp4d::cli::add_quantize(*q, command_line);
+  CLI::App* gm = app.add_subcommand("gemm", "Fprop/Dgrad/Wgrad GEMMs under recipes vs the exact product, error split");
+  runners[gm] = fp4d::cli::add_gemm(*gm, command_line);
   CLI::App* b = app.add_subcommand("bench", "Benchmarks (throughput, bit-identity across thread counts)");
   runners[b] = fp4d::cli::add_bench(*b);
 

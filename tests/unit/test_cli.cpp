@@ -159,3 +159,56 @@ TEST_CASE("bad input: one-line error, exit status 2, no output file") {
     require_no_output(out);
   }
 }
+
+TEST_CASE("gemm: every role and recipe runs, the error split is exact, errors order as the formats imply") {
+  for (const char* role : {"fprop", "dgrad", "wgrad"}) {
+    const Result r = run(std::string("gemm --role ") + role + " --m 32 --n 48 --k 64 --recipe all --json");
+    INFO(role << ": " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("\"split_exact\":false") == std::string::npos);
+    CHECK(r.out.find("\"name\":\"nvfp4-plain\"") != std::string::npos);
+  }
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  const Result r = run("gemm --role fprop --m 32 --n 32 --k 48 --recipe bf16,nvfp4 --save-tensors --out " + out);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  const fp4d::h5::Group root = f.root();
+  CHECK(root.get_attr_string("schema") == "fp4drift.gemm");
+  CHECK(root.get_attr_string("status") == "complete");
+  CHECK(root.is_dataset("exact"));
+  CHECK(root.is_dataset("recipes/nvfp4/A/codes"));
+  // BF16 keeps 8 significant bits, NVFP4 2: its quantization error must be the larger by far.
+  CHECK(root.open_group("recipes/bf16").get_attr_double("quantization_rel_frobenius") * 10 <
+        root.open_group("recipes/nvfp4").get_attr_double("quantization_rel_frobenius"));
+}
+
+TEST_CASE("gemm: bad input is refused with one line and no output") {
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  SECTION("unknown role") {
+    const Result r = run("gemm --role bprop --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("bprop") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("unknown recipe") {
+    const Result r = run("gemm --recipe nvfp5 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("nvfp5") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("operand of the wrong shape") {
+    write_tensor(t.file("w.h5"), std::vector<float>(16 * 16, 1.0f), {16, 16});
+    const Result r = run("gemm --role fprop --m 16 --n 32 --k 16 --input-second " + t.file("w.h5") + ":/x --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("32 x 16") != std::string::npos);
+    require_no_output(out);
+  }
+  SECTION("RHT needs the token dimension in multiples of 16") {
+    const Result r = run("gemm --role wgrad --m 40 --recipe nvfp4 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("multiple of 16") != std::string::npos);
+    require_no_output(out);
+  }
+}

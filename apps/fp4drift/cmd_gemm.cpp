@@ -1,0 +1,212 @@
+// fp4drift gemm: the Fprop / Dgrad / Wgrad GEMM of a linear layer under one or more recipes,
+// each against the exact product, with the error split into its quantization and
+// accumulation parts (sim/gemm_experiment.hpp). Output: HDF5 (written as OUT.partial and
+// renamed when complete), a table on stdout, or JSON.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include "commands.hpp"
+#include "json.hpp"
+#include "quant/quantize.hpp"
+#include "sim/gemm_experiment.hpp"
+#include "sim/generators.hpp"
+#include "trace/tensor_io.hpp"
+
+namespace fp4d::cli {
+
+namespace {
+
+struct GemmArgs {
+  std::string role = "fprop";
+  std::int64_t m = 256, n = 256, k = 256;
+  std::string generate = "normal";
+  std::string input_first, input_second;
+  std::uint64_t data_seed = 1, seed = 0;
+  double nu = 3.0, outlier_fraction = 0.01, outlier_scale = 50.0;
+  std::vector<std::string> recipes{"bf16,fp8,mxfp4,nvfp4"};
+  int draws = 1;
+  std::string out;
+  bool json = false, save_tensors = false;
+};
+
+Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, std::int64_t cols, std::uint64_t seed,
+               const std::string& name, std::string* source) {
+  if (!input.empty()) {
+    const TensorSource src = parse_tensor_source(input);
+    if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
+    Matrix m = read_matrix(src);
+    if (m.rows != rows || m.cols != cols)
+      throw UsageError("operand " + name + " from " + src.text() + " is " + std::to_string(m.rows) + " x " +
+                       std::to_string(m.cols) + ", the role needs " + std::to_string(rows) + " x " + std::to_string(cols));
+    std::int64_t bad = 0;
+    if (!all_finite(m, &bad))
+      throw UsageError("operand " + name + " from " + src.text() + " has a non-finite value at element " +
+                       std::to_string(bad));
+    *source = src.text();
+    return m;
+  }
+  GeneratorSpec g;
+  g.kind = a.generate;
+  g.rows = rows;
+  g.cols = cols;
+  g.seed = seed;
+  g.nu = a.nu;
+  g.outlier_fraction = a.outlier_fraction;
+  g.outlier_scale = a.outlier_scale;
+  *source = "generator:" + describe(g);
+  return generate(g);
+}
+
+void write_stats(h5::Group g, const std::string& prefix, const ErrorStats& s) {
+  g.set_attr(prefix + "_rel_frobenius", s.rel_frobenius);
+  g.set_attr(prefix + "_max_abs", s.max_abs);
+  g.set_attr(prefix + "_bias", s.bias);
+}
+
+int run_gemm(const GemmArgs& a, const std::string& command_line) {
+  if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
+  if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
+  GemmOperands ops;
+  ops.role = parse_gemm_role(a.role);
+  const std::vector<std::string> names = expand_gemm_recipe_names(a.recipes);
+  std::int64_t r1, c1, r2, c2;
+  expected_shapes(ops.role, a.m, a.n, a.k, &r1, &c1, &r2, &c2);
+  ops.first_name = ops.role == GemmRole::Dgrad ? "dY" : "X";
+  ops.second_name = ops.role == GemmRole::Fprop || ops.role == GemmRole::Dgrad ? "W" : "dY";
+  std::string src1, src2;
+  ops.first = operand(a, a.input_first, r1, c1, a.data_seed, ops.first_name, &src1);
+  ops.second = operand(a, a.input_second, r2, c2, a.data_seed + 1, ops.second_name, &src2);
+  if (ops.role == GemmRole::Wgrad)
+    for (const std::string& nm : names)
+      if (gemm_recipe(nm).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(nm).rht_wgrad && a.m % 16 != 0)
+        throw UsageError("recipe " + nm + " applies RHT-16 along the token dimension: --m must be a multiple of 16");
+
+  std::optional<h5::AtomicOutput> out;
+  std::optional<h5::File> file;
+  if (!a.out.empty()) {
+    const auto parent = std::filesystem::path(a.out).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw UsageError("output directory '" + parent.string() + "' does not exist");
+    out.emplace(a.out);
+    file.emplace(h5::File::create(out->temp_path()));
+    h5::Group root = file->root();
+    write_provenance(root, "fp4drift.gemm", 1, command_line);
+    root.set_attr("status", std::string("running"));
+    root.set_attr("role", a.role);
+    root.set_attr("m", a.m);
+    root.set_attr("n", a.n);
+    root.set_attr("k", a.k);
+    root.set_attr("source_" + ops.first_name, src1);
+    root.set_attr("source_" + ops.second_name, src2);
+  }
+
+  GemmExperimentOptions opt;
+  opt.seed = a.seed;
+  opt.draws = a.draws;
+  std::vector<GemmResult> results;
+  bool exact_file_written = false;
+  for (const std::string& nm : names) {
+    GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
+    if (file) {
+      h5::Group root = file->root();
+      if (a.save_tensors && !exact_file_written) {
+        root.write("operand_" + ops.first_name, ops.first.data,
+                   h5::Dims{static_cast<std::uint64_t>(ops.first.rows), static_cast<std::uint64_t>(ops.first.cols)});
+        root.write("operand_" + ops.second_name, ops.second.data,
+                   h5::Dims{static_cast<std::uint64_t>(ops.second.rows), static_cast<std::uint64_t>(ops.second.cols)});
+        root.write("exact", r.exact, h5::Dims{static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols)});
+        exact_file_written = true;
+      }
+      h5::Group g = root.require_group("recipes").create_group(nm);
+      g.set_attr("description", gemm_recipe(nm).description);
+      g.set_attr("sr_draws", static_cast<std::int64_t>(r.draws));
+      g.set_attr("split_exact", r.split_exact);
+      write_stats(g, "total", r.total);
+      write_stats(g, "quantization", r.quantization);
+      write_stats(g, "accumulation", r.accumulation);
+      g.set_attr("sr_rel_bias", r.sr_rel_bias);
+      g.set_attr("sr_rel_std", r.sr_rel_std);
+      const h5::Dims cd{static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols)};
+      g.write("computed", r.computed, cd);
+      if (a.save_tensors) {
+        g.write("exact_quantized", r.exact_quantized, cd);
+        write_quantized(g.create_group("A"), r.qa,
+                        h5::Dims{static_cast<std::uint64_t>(r.qa.input_rows), static_cast<std::uint64_t>(r.qa.input_cols)});
+        write_quantized(g.create_group("B"), r.qb,
+                        h5::Dims{static_cast<std::uint64_t>(r.qb.input_rows), static_cast<std::uint64_t>(r.qb.input_cols)});
+      }
+    }
+    r.computed.clear();
+    r.exact.clear();
+    r.exact_quantized.clear();
+    r.qa = QuantizedTensor();
+    r.qb = QuantizedTensor();
+    results.push_back(std::move(r));
+  }
+  if (file) {
+    std::string order;
+    for (const GemmResult& r : results) order += (order.empty() ? "" : ",") + r.recipe;
+    file->root().open_group("recipes").set_attr("order", order);
+    file->root().set_attr("status", std::string("complete"));
+    file->close();
+    out->commit();
+  }
+
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().field("role", a.role).field("m", a.m).field("n", a.n).field("k", a.k).key("recipes").begin_array();
+    for (const GemmResult& r : results) {
+      j.begin_object().field("name", r.recipe).field("split_exact", r.split_exact).field("sr_draws", r.draws);
+      for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
+                                   std::pair{"accumulation", r.accumulation}})
+        j.key(key).begin_object().field("rel_frobenius", s.rel_frobenius).field("max_abs", s.max_abs).field("bias", s.bias).end_object();
+      if (r.draws > 1) j.field("sr_rel_bias", r.sr_rel_bias).field("sr_rel_std", r.sr_rel_std);
+      j.end_object();
+    }
+    j.end_array().end_object();
+    return 0;
+  }
+  std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s\n", a.role.c_str(), static_cast<long long>(a.m),
+              static_cast<long long>(a.n), static_cast<long long>(a.k), src1.c_str());
+  std::printf("%-14s %12s %12s %12s %12s %11s\n", "recipe", "total rel", "quant rel", "accum rel", "total bias",
+              "split");
+  for (const GemmResult& r : results) {
+    std::printf("%-14s %12.4e %12.4e %12.4e %12.3e %11s\n", r.recipe.c_str(), r.total.rel_frobenius,
+                r.quantization.rel_frobenius, r.accumulation.rel_frobenius, r.total.bias, r.split_exact ? "exact" : "BROKEN");
+    if (r.draws > 1)
+      std::printf("%-14s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
+                  r.sr_rel_std);
+  }
+  if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
+  for (const GemmResult& r : results)
+    if (!r.split_exact) return 1;
+  return 0;
+}
+
+}  // namespace
+
+Runner add_gemm(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<GemmArgs>();
+  app.add_option("--role", a->role, "fprop (X W^T) | dgrad (dY W) | wgrad (X^T dY)")->capture_default_str();
+  app.add_option("--m", a->m, "Tokens M")->capture_default_str();
+  app.add_option("--n", a->n, "Output features N")->capture_default_str();
+  app.add_option("--k", a->k, "Input features K")->capture_default_str();
+  app.add_option("--generate", a->generate, "Synthetic operands: normal | student-t | outliers")->capture_default_str();
+  app.add_option("--nu", a->nu, "Student-t degrees of freedom")->capture_default_str();
+  app.add_option("--outlier-fraction", a->outlier_fraction, "Fraction of outlier channels")->capture_default_str();
+  app.add_option("--outlier-scale", a->outlier_scale, "Factor on the outlier channels")->capture_default_str();
+  app.add_option("--input-first", a->input_first, "First operand FILE.h5:/ds (fprop/wgrad: X, dgrad: dY)");
+  app.add_option("--input-second", a->input_second, "Second operand FILE.h5:/ds (fprop/dgrad: W, wgrad: dY)");
+  app.add_option("--data-seed", a->data_seed, "Seed of the synthetic operands")->capture_default_str();
+  app.add_option("--seed", a->seed, "Seed of SR draws and random signs")->capture_default_str();
+  app.add_option("--recipe,-r", a->recipes, "GEMM recipes, comma-separated; 'all' for every one")->capture_default_str();
+  app.add_option("--sr-draws", a->draws, "Repeat SR recipes with this many seeds (bias and variance)")->capture_default_str();
+  app.add_option("--out,-o", a->out, "Output HDF5 file");
+  app.add_flag("--save-tensors", a->save_tensors, "Also write operands, quantized operands and the exact product");
+  app.add_flag("--json", a->json, "Print the results as JSON");
+  return [a, command_line]() { return run_gemm(*a, command_line); };
+}
+
+}  // namespace fp4d::cli

@@ -1,0 +1,249 @@
+#include "sim/gemm_experiment.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "quant/gemm_emulated.hpp"
+#include "quant/nvfp4.hpp"
+#include "quant/quantize.hpp"
+#include "quant/recipes.hpp"
+#include "quant/ref_operand.hpp"
+#include "ref/exact_block_gemm.hpp"
+
+namespace fp4d {
+
+GemmRole parse_gemm_role(const std::string& s) {
+  if (s == "fprop") return GemmRole::Fprop;
+  if (s == "dgrad") return GemmRole::Dgrad;
+  if (s == "wgrad") return GemmRole::Wgrad;
+  throw std::invalid_argument("unknown GEMM role '" + s + "' (known: fprop, dgrad, wgrad)");
+}
+std::string to_string(GemmRole r) {
+  switch (r) {
+    case GemmRole::Fprop: return "fprop";
+    case GemmRole::Dgrad: return "dgrad";
+    case GemmRole::Wgrad: return "wgrad";
+  }
+  return "?";
+}
+
+const std::vector<GemmRecipe>& gemm_recipes() {
+  using K = GemmRecipe::Kind;
+  static const std::vector<GemmRecipe> r = {
+      {"bf16", "BF16 operands, FP32 accumulation", K::Bf16, false, false, false, 0},
+      {"fp8", "E4M3, 1x128 activations/gradients, 128x128 weights", K::Fp8, true, false, false, 0},
+      {"mxfp4", "MXFP4 1x32 (OCP floor scale) on every operand", K::Mxfp4, false, false, false, 0},
+      {"nvfp4", "paper recipe: 16x16 weights, RHT-16 on Wgrad operands, SR on gradients", K::Nvfp4, true, true, true, 0},
+      {"nvfp4-no-sr", "nvfp4 without stochastic rounding", K::Nvfp4, true, true, false, 0},
+      {"nvfp4-no-rht", "nvfp4 without the RHT", K::Nvfp4, true, false, true, 0},
+      {"nvfp4-no-2d", "nvfp4 with 1x16 weight blocks", K::Nvfp4, false, true, true, 0},
+      {"nvfp4-sr8", "nvfp4 with 8-bit SR (as cvt.rs)", K::Nvfp4, true, true, true, 8},
+      {"nvfp4-plain", "NVFP4 1x16 RNE everywhere, no RHT", K::Nvfp4, false, false, false, 0},
+  };
+  return r;
+}
+
+const GemmRecipe& gemm_recipe(const std::string& name) {
+  for (const GemmRecipe& g : gemm_recipes())
+    if (g.name == name) return g;
+  std::string known;
+  for (const GemmRecipe& g : gemm_recipes()) known += (known.empty() ? "" : ", ") + g.name;
+  throw std::invalid_argument("unknown GEMM recipe '" + name + "' (known: " + known + ", all)");
+}
+
+std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    for (const std::string& o : out)
+      if (o == n) return;
+    out.push_back(n);
+  };
+  for (const std::string& list : names) {
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = list.find(',', start);
+      const std::string n = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (n == "all") {
+        for (const GemmRecipe& g : gemm_recipes()) add(g.name);
+      } else if (!n.empty()) {
+        (void)gemm_recipe(n);
+        add(n);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+void expected_shapes(GemmRole role, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t* r1,
+                     std::int64_t* c1, std::int64_t* r2, std::int64_t* c2) {
+  switch (role) {
+    case GemmRole::Fprop: *r1 = M, *c1 = K, *r2 = N, *c2 = K; break;   // X, W
+    case GemmRole::Dgrad: *r1 = M, *c1 = N, *r2 = N, *c2 = K; break;   // dY, W
+    case GemmRole::Wgrad: *r1 = M, *c1 = K, *r2 = M, *c2 = N; break;   // X, dY
+  }
+}
+
+namespace {
+
+enum class OperandKind { Activation, Weight, Gradient };
+
+// The spec of one operand given in NT form (reduction along its rows, axis 1).
+QuantSpec operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream) {
+  QuantSpec s;
+  switch (g.kind) {
+    case GemmRecipe::Kind::Bf16: s = preset("bf16").spec; break;
+    case GemmRecipe::Kind::Fp8:
+      s = preset(kind == OperandKind::Weight && g.two_d_weights ? "fp8-e4m3-128x128" : "fp8-e4m3-1x128").spec;
+      break;
+    case GemmRecipe::Kind::Mxfp4: s = preset("mxfp4").spec; break;
+    case GemmRecipe::Kind::Nvfp4:
+      s = preset(kind == OperandKind::Weight && g.two_d_weights ? "nvfp4-2d" : "nvfp4").spec;
+      if (kind == OperandKind::Gradient && g.sr_gradients) {
+        s.rounding.mode = Rounding::Stochastic;
+        s.rounding.sr_bits = g.sr_bits;
+      }
+      if (wgrad && g.rht_wgrad) {
+        s.rht.size = 16;
+        s.rht.signs = RhtSigns::Te;
+        s.rht_axis = 1;  // NT form: the reduction (token) dimension is axis 1
+      }
+      break;
+  }
+  s.axis = 1;
+  s.rounding.rng = RngStream{seed, stream};
+  s.rht.sign_seed = seed;
+  return s;
+}
+
+ref::ExactValue exact_of_float(float f) {
+  std::int64_t sig;
+  std::int32_t e;
+  float_to_sig_exp(f, sig, e);
+  return ref::ExactValue{sig, e};
+}
+
+ref::ExactValue exact_sub(const ref::ExactValue& a, const ref::ExactValue& b) {
+  if (a.is_zero()) return ref::ExactValue{-b.significand, b.exponent};
+  if (b.is_zero()) return a;
+  const std::int64_t e = std::min(a.exponent, b.exponent);
+  return ref::ExactValue{(a.significand << static_cast<unsigned>(a.exponent - e)) -
+                             (b.significand << static_cast<unsigned>(b.exponent - e)),
+                         e};
+}
+
+bool exact_equal(const ref::ExactValue& a, const ref::ExactValue& b) { return exact_sub(a, b).is_zero(); }
+
+ErrorStats error_stats(const std::vector<double>& e, const std::vector<double>& reference) {
+  ErrorStats s;
+  double e2 = 0, r2 = 0, sum = 0;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    e2 += e[i] * e[i];
+    r2 += reference[i] * reference[i];
+    sum += e[i];
+    s.max_abs = std::max(s.max_abs, std::fabs(e[i]));
+  }
+  s.rel_frobenius = r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? INFINITY : 0.0);
+  s.bias = e.empty() ? 0.0 : sum / static_cast<double>(e.size());
+  return s;
+}
+
+ref::BlockOperand exact_operand(const QuantizedTensor& q) {
+  if (q.spec.scheme != Scheme::Cast) return block_operand(q);
+  const Matrix d = stored_dequantized(q);
+  std::vector<double> v(d.data.begin(), d.data.end());
+  return ref::block_operand_from_doubles(v.data(), d.rows, d.cols);
+}
+
+Matrix computed_product(const QuantizedTensor& a, const QuantizedTensor& b) {
+  if (a.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(a, b);
+  return gemm_block_scaled_emulated(a, b);
+}
+
+}  // namespace
+
+GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe, const GemmExperimentOptions& opt) {
+  if (opt.draws < 1) throw std::invalid_argument("the number of SR draws must be >= 1");
+  // NT form of the two operands and their kinds.
+  Matrix A, B;
+  OperandKind ka{}, kb{};
+  const bool wgrad = ops.role == GemmRole::Wgrad;
+  switch (ops.role) {
+    case GemmRole::Fprop: A = ops.first, B = ops.second, ka = OperandKind::Activation, kb = OperandKind::Weight; break;
+    case GemmRole::Dgrad: A = ops.first, B = transpose(ops.second), ka = OperandKind::Gradient, kb = OperandKind::Weight; break;
+    case GemmRole::Wgrad:
+      A = transpose(ops.first), B = transpose(ops.second), ka = OperandKind::Activation, kb = OperandKind::Gradient;
+      break;
+  }
+  if (A.cols != B.cols)
+    throw std::invalid_argument("operands do not share the reduction dimension: " + std::to_string(A.cols) + " vs " +
+                                std::to_string(B.cols));
+
+  GemmResult r;
+  r.recipe = recipe.name;
+  r.role = ops.role;
+  r.rows = A.rows;
+  r.cols = B.rows;
+  const auto stream_base = static_cast<std::uint64_t>(ops.role) * 16;
+
+  // Exact product of the unquantized operands (float32 values, exactly).
+  std::vector<double> ad(A.data.begin(), A.data.end()), bd(B.data.begin(), B.data.end());
+  ref::ExactGemmOptions keep;
+  keep.keep_exact = true;
+  const ref::ExactGemmResult exact = ref::exact_block_gemm_nt(ref::block_operand_from_doubles(ad.data(), A.rows, A.cols),
+                                                              ref::block_operand_from_doubles(bd.data(), B.rows, B.cols), keep);
+  r.exact = exact.rounded;
+
+  const std::size_t n = static_cast<std::size_t>(r.rows * r.cols);
+  std::vector<double> sum(n, 0.0), sum2(n, 0.0);
+  r.draws = (recipe.sr_gradients && recipe.kind == GemmRecipe::Kind::Nvfp4) ? opt.draws : 1;
+  for (int d = 0; d < r.draws; ++d) {
+    const std::uint64_t seed = opt.seed + static_cast<std::uint64_t>(d);
+    QuantizedTensor qa = quantize_cpu(A, operand_spec(recipe, ka, wgrad, seed, stream_base + 1));
+    QuantizedTensor qb = quantize_cpu(B, operand_spec(recipe, kb, wgrad, seed, stream_base + 2));
+    const Matrix c = computed_product(qa, qb);
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += c.data[i];
+      sum2[i] += static_cast<double>(c.data[i]) * c.data[i];
+    }
+    if (d == 0) {
+      r.computed = c.data;
+      r.qa = std::move(qa);
+      r.qb = std::move(qb);
+    }
+  }
+
+  // Exact product of the quantized operands, and the split in exact arithmetic.
+  const ref::ExactGemmResult exact_q = ref::exact_block_gemm_nt(exact_operand(r.qa), exact_operand(r.qb), keep);
+  r.exact_quantized = exact_q.rounded;
+  std::vector<double> et(n), eq(n), ea(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const ref::ExactValue c = exact_of_float(r.computed[i]);
+    const ref::ExactValue t = exact_sub(c, exact.exact[i]), q = exact_sub(exact_q.exact[i], exact.exact[i]),
+                          a = exact_sub(c, exact_q.exact[i]);
+    const ref::ExactValue qa_sum = exact_sub(q, ref::ExactValue{-a.significand, a.exponent});  // q + a
+    r.split_exact = r.split_exact && exact_equal(t, qa_sum);
+    et[i] = t.to_double();
+    eq[i] = q.to_double();
+    ea[i] = a.to_double();
+  }
+  r.total = error_stats(et, r.exact);
+  r.quantization = error_stats(eq, r.exact);
+  r.accumulation = error_stats(ea, r.exact);
+
+  if (r.draws > 1) {
+    double bias2 = 0, var = 0, ref2 = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double mean = sum[i] / r.draws;
+      bias2 += (mean - r.exact[i]) * (mean - r.exact[i]);
+      var += std::max(0.0, (sum2[i] - r.draws * mean * mean) / (r.draws - 1));
+      ref2 += r.exact[i] * r.exact[i];
+    }
+    r.sr_rel_bias = ref2 > 0 ? std::sqrt(bias2 / ref2) : 0.0;
+    r.sr_rel_std = ref2 > 0 ? std::sqrt(var / ref2) : 0.0;
+  }
+  return r;
+}
+
+}  // namespace fp4d

@@ -1,0 +1,83 @@
+// GEMM error experiments (issue 3): the three GEMMs of a linear layer in their training
+// roles, each operand quantized as a recipe says, compared with the exact product.
+//
+// Roles (M tokens, K input features, N output features), all as C = A * B^T with A and B
+// in the quantizers' stored orientation (blocks along the reduction dimension):
+//   fprop  C = X W^T   (M x N), reduction K:  A = X   (activation), B = W   (weight)
+//   dgrad  C = dY W    (M x K), reduction N:  A = dY  (gradient),   B = W^T (weight)
+//   wgrad  C = X^T dY  (K x N), reduction M:  A = X^T (activation), B = dY^T (gradient)
+// The error of the computed product is split, in exact arithmetic, into
+//   quantization  = exact(deq A, deq B) - exact(A, B)   (the operands' representation)
+//   accumulation  = computed - exact(deq A, deq B)       (the GEMM's own arithmetic)
+//   total         = computed - exact(A, B)  = quantization + accumulation
+// where exact(deq A, deq B) is the exact product of the quantized operands' exact values
+// (codes x scales x global scale) and exact(.) is computed with the fixed-point reference.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "quant/matrix.hpp"
+#include "quant/quantized.hpp"
+
+namespace fp4d {
+
+enum class GemmRole { Fprop, Dgrad, Wgrad };
+GemmRole parse_gemm_role(const std::string& s);  // throws std::invalid_argument
+std::string to_string(GemmRole r);
+
+// How each operand kind is quantized: the GEMM recipes (nvfp4-spec.md section 6).
+struct GemmRecipe {
+  std::string name;
+  std::string description;
+  enum class Kind { Bf16, Fp8, Mxfp4, Nvfp4 } kind = Kind::Nvfp4;
+  bool two_d_weights = true;   // 16x16 (nvfp4) / 128x128 (fp8) weight tiles
+  bool rht_wgrad = true;       // RHT-16 on both Wgrad operands (nvfp4)
+  bool sr_gradients = true;    // SR on gradient operands (nvfp4)
+  int sr_bits = 0;             // 0 = exact SR
+};
+const std::vector<GemmRecipe>& gemm_recipes();
+const GemmRecipe& gemm_recipe(const std::string& name);  // throws listing the names
+std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names);
+
+// The role's logical operands: fprop (X: M x K, W: N x K), dgrad (dY: M x N, W: N x K),
+// wgrad (X: M x K, dY: M x N). first/second name them for messages and files.
+struct GemmOperands {
+  GemmRole role = GemmRole::Fprop;
+  Matrix first, second;
+  std::string first_name, second_name;  // "X", "W", "dY"
+};
+// Shapes each role expects for (first, second), for validation messages.
+void expected_shapes(GemmRole role, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t* r1,
+                     std::int64_t* c1, std::int64_t* r2, std::int64_t* c2);
+
+struct ErrorStats {
+  double rel_frobenius = 0;  // ||E||_F / ||C_exact||_F
+  double max_abs = 0;        // max |E|
+  double bias = 0;           // mean E (signed)
+};
+
+struct GemmResult {
+  std::string recipe;
+  GemmRole role{};
+  std::int64_t rows = 0, cols = 0;  // C
+  std::vector<float> computed;      // the emulated low-precision product
+  std::vector<double> exact;        // exact(A, B), correctly rounded to double
+  std::vector<double> exact_quantized;  // exact(deq A, deq B), correctly rounded to double
+  ErrorStats total, quantization, accumulation;
+  bool split_exact = true;          // total == quantization + accumulation held exactly
+  // With SR and draws > 1: the estimator over the draws (mean of computed).
+  int draws = 1;
+  double sr_rel_bias = 0;           // ||mean_d C_d - C_exact||_F / ||C_exact||_F
+  double sr_rel_std = 0;            // sqrt(mean over elements of var_d C_d) / rms(C_exact)
+  QuantizedTensor qa, qb;           // the quantized operands (stored orientation)
+};
+
+struct GemmExperimentOptions {
+  std::uint64_t seed = 0;  // SR draws and random signs; draw d uses seed + d
+  int draws = 1;
+};
+
+GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe, const GemmExperimentOptions& opt);
+
+}  // namespace fp4d
