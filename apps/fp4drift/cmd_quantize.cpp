@@ -29,6 +29,7 @@ struct QuantizeArgs {
   CustomQuantOptions custom;
   std::string out;
   bool json = false, allow_nonfinite = false;
+  std::string backend = "cpu";
 };
 
 void parse_shape(const std::string& s, std::int64_t* rows, std::int64_t* cols) {
@@ -114,6 +115,8 @@ void print_json(std::ostream& os, const std::string& source, const std::string& 
 }
 
 int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given) {
+  if (a.backend != "cpu")
+    throw UsageError("--backend " + a.backend + " is not available yet (only cpu; the CUDA backend is in progress)");
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
   if (!a.recipes.empty() && custom_given)
@@ -240,6 +243,7 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
+  app.add_option("--backend", a->backend, "cpu (cuda: with the CUDA backend)")->capture_default_str();
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};
   return [a, command_line, custom]() {

@@ -228,6 +228,12 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
     eq[i] = q.to_double();
     ea[i] = a.to_double();
   }
+  {
+    const Matrix c2 = gemm_dequantized_fp32(r.qa, r.qb);
+    std::vector<double> e2(n);
+    for (std::size_t i = 0; i < n; ++i) e2[i] = exact_sub(exact_of_float(c2.data[i]), exact_q.exact[i]).to_double();
+    r.accumulation_dequant_fp32 = error_stats(e2, r.exact);
+  }
   r.total = error_stats(et, r.exact);
   r.quantization = error_stats(eq, r.exact);
   r.accumulation = error_stats(ea, r.exact);

@@ -65,6 +65,9 @@ struct GemmResult {
   std::vector<double> exact;        // exact(A, B), correctly rounded to double
   std::vector<double> exact_quantized;  // exact(deq A, deq B), correctly rounded to double
   ErrorStats total, quantization, accumulation;
+  // The second accumulation model: dequantize to float32, then an FP32 GEMM (ascending K,
+  // no FMA); its error against exact(deq A, deq B). Equal to `accumulation` for casts.
+  ErrorStats accumulation_dequant_fp32;
   bool split_exact = true;          // total == quantization + accumulation held exactly
   // With SR and draws > 1: the estimator over the draws (mean of computed).
   int draws = 1;
