@@ -9,7 +9,11 @@
 
 #include "commands.hpp"
 #include "json.hpp"
+#include <cmath>
+
 #include "quant/quantize.hpp"
+#include "ref/exact_block_gemm.hpp"
+#include "ref/reference_gemm.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 #include "trace/tensor_io.hpp"
@@ -30,7 +34,37 @@ struct GemmArgs {
   std::string out;
   bool json = false, save_tensors = false;
   std::string backend = "cpu";
+  std::string reference_precision;  // also compute the product in this precision and certify it
 };
+
+// A floating-point reference (--reference-precision): the unquantized product computed in
+// that precision, certified against cpp_bin_float<1024> on sampled rows, and compared with
+// the exact product on every element.
+struct FloatReferenceReport {
+  std::string precision;
+  double max_rel_vs_exact = 0;  // max |ref - exact| / |exact| over elements with exact != 0
+  ref::Certification cert;
+};
+
+FloatReferenceReport float_reference(const GemmOperands& ops, const std::string& name) {
+  const ref::Precision p = ref::parse_precision(name);
+  Matrix A = ops.first, B = ops.second;  // NT form, as run_gemm_experiment builds it
+  if (ops.role == GemmRole::Dgrad) B = transpose(ops.second);
+  if (ops.role == GemmRole::Wgrad) A = transpose(ops.first), B = transpose(ops.second);
+  std::vector<double> ad(A.data.begin(), A.data.end()), bd(B.data.begin(), B.data.end());
+  FloatReferenceReport rep;
+  rep.precision = name;
+  const std::vector<double> c = ref::gemm_nt(ad.data(), bd.data(), A.rows, B.rows, A.cols, p);
+  const ref::ExactGemmResult exact = ref::exact_block_gemm_nt(ref::block_operand_from_doubles(ad.data(), A.rows, A.cols),
+                                                              ref::block_operand_from_doubles(bd.data(), B.rows, B.cols));
+  for (std::size_t i = 0; i < c.size(); ++i)
+    if (exact.rounded[i] != 0)
+      rep.max_rel_vs_exact = std::max(rep.max_rel_vs_exact, std::fabs(c[i] - exact.rounded[i]) / std::fabs(exact.rounded[i]));
+  std::vector<std::int64_t> rows;  // up to 8 rows spread over C: certification costs 1024-bit arithmetic
+  for (std::int64_t r = 0; r < A.rows; r += std::max<std::int64_t>(1, A.rows / 8)) rows.push_back(r);
+  rep.cert = ref::certify_gemm_nt(ad.data(), bd.data(), A.rows, B.rows, A.cols, p, ref::Precision::Mp1024, rows);
+  return rep;
+}
 
 Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, std::int64_t cols, std::uint64_t seed,
                const std::string& name, std::string* source) {
@@ -104,6 +138,18 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
     root.set_attr("reference", std::string("exact: fixed-point accumulation of the exact block products, rounded once"));
     root.set_attr("source_" + ops.first_name, src1);
     root.set_attr("source_" + ops.second_name, src2);
+  }
+
+  std::optional<FloatReferenceReport> fref;
+  if (!a.reference_precision.empty()) {
+    fref = float_reference(ops, a.reference_precision);
+    if (file) {
+      h5::Group root = file->root();
+      root.set_attr("float_reference_precision", fref->precision);
+      root.set_attr("float_reference_max_rel_vs_exact", fref->max_rel_vs_exact);
+      root.set_attr("float_reference_certified_digits", fref->cert.digits);
+      root.set_attr("float_reference_certified_elements", fref->cert.compared);
+    }
   }
 
   GemmExperimentOptions opt;
@@ -186,6 +232,11 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
       std::printf("%-14s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
                   r.sr_rel_std);
   }
+  if (fref)
+    std::printf("float reference %s: max relative difference to the exact product %.3e; certified against "
+                "mp1024 on %lld elements: %.1f correct digits\n",
+                fref->precision.c_str(), fref->max_rel_vs_exact, static_cast<long long>(fref->cert.compared),
+                fref->cert.digits);
   if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
   for (const GemmResult& r : results)
     if (!r.split_exact) return 1;
@@ -214,6 +265,9 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
   app.add_flag("--save-tensors", a->save_tensors, "Also write operands, quantized operands and the exact product");
   app.add_flag("--json", a->json, "Print the results as JSON");
   app.add_option("--backend", a->backend, "cpu (cuda: with the CUDA backend)")->capture_default_str();
+  app.add_option("--reference-precision", a->reference_precision,
+                 "Also compute the unquantized product in double | binary128 | mp64 | mp113 | mp256 | mp1024, "
+                 "compare it with the exact product and certify it against mp1024");
   return [a, command_line]() { return run_gemm(*a, command_line); };
 }
 

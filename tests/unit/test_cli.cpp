@@ -212,3 +212,17 @@ TEST_CASE("gemm: bad input is refused with one line and no output") {
     require_no_output(out);
   }
 }
+
+TEST_CASE("gemm --reference-precision: a double reference is certified to double's digits, not more") {
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  const Result r = run("gemm --m 32 --n 32 --k 256 --recipe nvfp4 --reference-precision double --out " + out);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  const double digits = f.root().get_attr_double("float_reference_certified_digits");
+  // Summing 256 products in double loses a few digits at most: between 12 and 17 are right.
+  CHECK(digits > 12.0);
+  CHECK(digits < 17.5);
+  CHECK(f.root().get_attr_double("float_reference_max_rel_vs_exact") < 1e-12);
+  CHECK(run("gemm --reference-precision mp99").status == 2);
+}
