@@ -222,14 +222,14 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   }
   std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s\n", a.role.c_str(), static_cast<long long>(a.m),
               static_cast<long long>(a.n), static_cast<long long>(a.k), src1.c_str());
-  std::printf("%-14s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
+  std::printf("%-20s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
               "accum(deq32)", "total bias", "split");
   for (const GemmResult& r : results) {
-    std::printf("%-14s %12.4e %12.4e %12.4e %12.4e %12.3e %7s\n", r.recipe.c_str(), r.total.rel_frobenius,
+    std::printf("%-20s %12.4e %12.4e %12.4e %12.4e %12.3e %7s\n", r.recipe.c_str(), r.total.rel_frobenius,
                 r.quantization.rel_frobenius, r.accumulation.rel_frobenius, r.accumulation_dequant_fp32.rel_frobenius,
                 r.total.bias, r.split_exact ? "exact" : "BROKEN");
     if (r.draws > 1)
-      std::printf("%-14s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
+      std::printf("%-20s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
                   r.sr_rel_std);
   }
   if (fref)

@@ -32,7 +32,12 @@ const std::vector<GemmRecipe>& gemm_recipes() {
   static const std::vector<GemmRecipe> r = {
       {"bf16", "BF16 operands, FP32 accumulation", K::Bf16, false, false, false, 0},
       {"fp8", "E4M3, 1x128 activations/gradients, 128x128 weights", K::Fp8, true, false, false, 0},
+      {"fp8-tensor", "E4M3, per-tensor current scaling (amax/448)", K::Fp8, false, false, false, 0, true},
       {"mxfp4", "MXFP4 1x32 (OCP floor scale) on every operand", K::Mxfp4, false, false, false, 0},
+      {"mxfp4-ceil", "MXFP4 1x32, scale rounded up (paper/TE)", K::Mxfp4, false, false, false, 0, false,
+       MxScaleRule::Ceil},
+      {"mxfp4-rceil", "MXFP4 1x32, float32 amax/6 rounded up", K::Mxfp4, false, false, false, 0, false,
+       MxScaleRule::Rceil},
       {"nvfp4", "paper recipe: 16x16 weights, RHT-16 on Wgrad operands, SR on gradients", K::Nvfp4, true, true, true, 0},
       {"nvfp4-no-sr", "nvfp4 without stochastic rounding", K::Nvfp4, true, true, false, 0},
       {"nvfp4-no-rht", "nvfp4 without the RHT", K::Nvfp4, true, false, true, 0},
@@ -43,12 +48,39 @@ const std::vector<GemmRecipe>& gemm_recipes() {
   return r;
 }
 
-const GemmRecipe& gemm_recipe(const std::string& name) {
+GemmRecipe gemm_recipe(const std::string& name) {
   for (const GemmRecipe& g : gemm_recipes())
     if (g.name == name) return g;
+  // Composable: nvfp4 followed by modifiers, each at most once.
+  if (name.rfind("nvfp4", 0) == 0) {
+    GemmRecipe r = gemm_recipe("nvfp4");
+    r.name = name;
+    std::string rest = name.substr(5), description;
+    bool ok = true;
+    while (ok && !rest.empty()) {
+      ok = false;
+      for (const char* m : {"-no-sr", "-no-rht", "-no-2d", "-sr8"}) {
+        const std::string mod = m;
+        if (rest.rfind(mod, 0) != 0 || description.find(mod) != std::string::npos) continue;
+        if (mod == "-no-sr") r.sr_gradients = false;
+        if (mod == "-no-rht") r.rht_wgrad = false;
+        if (mod == "-no-2d") r.two_d_weights = false;
+        if (mod == "-sr8") r.sr_bits = 8;
+        description += mod;
+        rest = rest.substr(mod.size());
+        ok = true;
+        break;
+      }
+    }
+    if (ok) {
+      r.description = "nvfp4 recipe with" + description;
+      return r;
+    }
+  }
   std::string known;
   for (const GemmRecipe& g : gemm_recipes()) known += (known.empty() ? "" : ", ") + g.name;
-  throw std::invalid_argument("unknown GEMM recipe '" + name + "' (known: " + known + ", all)");
+  throw std::invalid_argument("unknown GEMM recipe '" + name + "' (known: " + known +
+                              ", all, or nvfp4 with any of -no-sr -no-rht -no-2d -sr8)");
 }
 
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names) {
@@ -95,9 +127,15 @@ QuantSpec operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::u
   switch (g.kind) {
     case GemmRecipe::Kind::Bf16: s = preset("bf16").spec; break;
     case GemmRecipe::Kind::Fp8:
-      s = preset(kind == OperandKind::Weight && g.two_d_weights ? "fp8-e4m3-128x128" : "fp8-e4m3-1x128").spec;
+      s = preset(g.fp8_per_tensor ? "fp8-e4m3-tensor"
+                 : kind == OperandKind::Weight && g.two_d_weights ? "fp8-e4m3-128x128"
+                                                                   : "fp8-e4m3-1x128")
+              .spec;
       break;
-    case GemmRecipe::Kind::Mxfp4: s = preset("mxfp4").spec; break;
+    case GemmRecipe::Kind::Mxfp4:
+      s = preset("mxfp4").spec;
+      s.mx_scale_rule = g.mx_rule;
+      break;
     case GemmRecipe::Kind::Nvfp4:
       s = preset(kind == OperandKind::Weight && g.two_d_weights ? "nvfp4-2d" : "nvfp4").spec;
       if (kind == OperandKind::Gradient && g.sr_gradients) {

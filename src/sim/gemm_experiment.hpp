@@ -35,9 +35,15 @@ struct GemmRecipe {
   bool rht_wgrad = true;       // RHT-16 on both Wgrad operands (nvfp4)
   bool sr_gradients = true;    // SR on gradient operands (nvfp4)
   int sr_bits = 0;             // 0 = exact SR
+  bool fp8_per_tensor = false; // fp8: per-tensor current scaling instead of 1x128 / 128x128
+  MxScaleRule mx_rule = MxScaleRule::Floor;
 };
+// The named recipes ('all'): bf16, fp8, fp8-tensor, mxfp4, mxfp4-ceil, mxfp4-rceil, nvfp4 and
+// its ablations. Besides these, any "nvfp4" followed by modifiers in any order names a
+// recipe: -no-sr, -no-rht, -no-2d (each switches one element off), -sr8 (8-bit SR); e.g.
+// "nvfp4-no-rht-no-sr". Throws std::invalid_argument listing the names otherwise.
 const std::vector<GemmRecipe>& gemm_recipes();
-const GemmRecipe& gemm_recipe(const std::string& name);  // throws listing the names
+GemmRecipe gemm_recipe(const std::string& name);
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names);
 
 // The role's logical operands: fprop (X: M x K, W: N x K), dgrad (dY: M x N, W: N x K),

@@ -226,3 +226,17 @@ TEST_CASE("gemm --reference-precision: a double reference is certified to double
   CHECK(f.root().get_attr_double("float_reference_max_rel_vs_exact") < 1e-12);
   CHECK(run("gemm --reference-precision mp99").status == 2);
 }
+
+TEST_CASE("gemm: composable nvfp4 recipe names switch the techniques off") {
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  // Wgrad has no weight operand, so nvfp4-no-rht-no-sr quantizes exactly as nvfp4-plain.
+  const Result r = run("gemm --role wgrad --m 32 --n 16 --k 16 --recipe nvfp4-plain,nvfp4-no-rht-no-sr,nvfp4 --out " + out);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  const fp4d::h5::Group root = f.root();
+  const double plain = root.open_group("recipes/nvfp4-plain").get_attr_double("total_rel_frobenius");
+  CHECK(root.open_group("recipes/nvfp4-no-rht-no-sr").get_attr_double("total_rel_frobenius") == plain);
+  CHECK(root.open_group("recipes/nvfp4").get_attr_double("total_rel_frobenius") != plain);
+  CHECK(run("gemm --recipe nvfp4-no-sr-no-sr").status == 2);  // a modifier twice is refused
+}
