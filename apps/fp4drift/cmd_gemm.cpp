@@ -16,6 +16,7 @@
 #include "ref/reference_gemm.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
+#include "trace/output_file.hpp"
 #include "trace/tensor_io.hpp"
 
 namespace fp4d::cli {
@@ -120,17 +121,9 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
       if (gemm_recipe(nm).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(nm).rht_wgrad && a.m % 16 != 0)
         throw UsageError("recipe " + nm + " applies RHT-16 along the token dimension: --m must be a multiple of 16");
 
-  std::optional<h5::AtomicOutput> out;
-  std::optional<h5::File> file;
-  if (!a.out.empty()) {
-    const auto parent = std::filesystem::path(a.out).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError("output directory '" + parent.string() + "' does not exist");
-    out.emplace(a.out);
-    file.emplace(h5::File::create(out->temp_path()));
-    h5::Group root = file->root();
-    write_provenance(root, "fp4drift.gemm", 1, command_line);
-    root.set_attr("status", std::string("running"));
+  OutputFile file(a.out, "fp4drift.gemm", 1, command_line);
+  if (file.enabled()) {
+    h5::Group root = file.root();
     root.set_attr("role", a.role);
     root.set_attr("m", a.m);
     root.set_attr("n", a.n);
@@ -143,8 +136,8 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   std::optional<FloatReferenceReport> fref;
   if (!a.reference_precision.empty()) {
     fref = float_reference(ops, a.reference_precision);
-    if (file) {
-      h5::Group root = file->root();
+    if (file.enabled()) {
+      h5::Group root = file.root();
       root.set_attr("float_reference_precision", fref->precision);
       root.set_attr("float_reference_max_rel_vs_exact", fref->max_rel_vs_exact);
       root.set_attr("float_reference_certified_digits", fref->cert.digits);
@@ -159,8 +152,8 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   bool exact_file_written = false;
   for (const std::string& nm : names) {
     GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
-    if (file) {
-      h5::Group root = file->root();
+    if (file.enabled()) {
+      h5::Group root = file.root();
       if (a.save_tensors && !exact_file_written) {
         root.write("operand_" + ops.first_name, ops.first.data,
                    h5::Dims{static_cast<std::uint64_t>(ops.first.rows), static_cast<std::uint64_t>(ops.first.cols)});
@@ -196,14 +189,9 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
     r.qb = QuantizedTensor();
     results.push_back(std::move(r));
   }
-  if (file) {
-    std::string order;
-    for (const GemmResult& r : results) order += (order.empty() ? "" : ",") + r.recipe;
-    file->root().open_group("recipes").set_attr("order", order);
-    file->root().set_attr("status", std::string("complete"));
-    file->close();
-    out->commit();
-  }
+  std::vector<std::string> order;
+  for (const GemmResult& r : results) order.push_back(r.recipe);
+  file.complete(order);
 
   if (a.json) {
     Json j(std::cout);

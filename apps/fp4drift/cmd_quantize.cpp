@@ -13,6 +13,7 @@
 #include "quant/quantize.hpp"
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
+#include "trace/output_file.hpp"
 #include "trace/tensor_io.hpp"
 
 namespace fp4d::cli {
@@ -172,17 +173,9 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
     }
 
   // ---- output file: written as OUT.partial, renamed when complete --------------------
-  std::optional<h5::AtomicOutput> out;
-  std::optional<h5::File> file;
-  if (!a.out.empty()) {
-    const auto parent = std::filesystem::path(a.out).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError("output directory '" + parent.string() + "' does not exist");
-    out.emplace(a.out);
-    file.emplace(h5::File::create(out->temp_path()));
-    h5::Group root = file->root();
-    write_provenance(root, "fp4drift.quantize", 1, command_line);
-    root.set_attr("status", std::string("running"));
+  OutputFile file(a.out, "fp4drift.quantize", 1, command_line);
+  if (file.enabled()) {
+    h5::Group root = file.root();
     root.set_attr("source", source);
     root.write("input", x.data, dims);
   }
@@ -190,21 +183,16 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
   std::vector<std::pair<std::string, QuantizedTensor>> results;
   for (const auto& [name, s] : specs) {
     QuantizedTensor q = quantize_cpu(x, s);
-    if (file) write_quantized(file->root().require_group("recipes").create_group(name), q, dims);
+    if (file.enabled()) write_quantized(file.root().require_group("recipes").create_group(name), q, dims);
     q.codes.clear();  // keep the statistics only
     q.codes16.clear();
     q.dequantized = Matrix();
     q.transformed = Matrix();
     results.emplace_back(name, std::move(q));
   }
-  if (file) {
-    std::string order;
-    for (const auto& [name, q] : results) order += (order.empty() ? "" : ",") + name;
-    file->root().open_group("recipes").set_attr("order", order);
-    file->root().set_attr("status", std::string("complete"));
-    file->close();
-    out->commit();
-  }
+  std::vector<std::string> order;
+  for (const auto& [name, q] : results) order.push_back(name);
+  file.complete(order);
 
   if (a.json) {
     print_json(std::cout, source, a.out, results);

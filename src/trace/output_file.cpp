@@ -1,0 +1,34 @@
+#include "trace/output_file.hpp"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "trace/tensor_io.hpp"
+
+namespace fp4d {
+
+OutputFile::OutputFile(const std::string& path, const std::string& schema, int schema_version,
+                       const std::string& command_line) {
+  if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
+  out_.emplace(path);
+  file_.emplace(h5::File::create(out_->temp_path()));
+  h5::Group r = file_->root();
+  write_provenance(r, schema, schema_version, command_line);
+  r.set_attr("status", std::string("running"));
+}
+
+void OutputFile::complete(const std::vector<std::string>& recipe_order) {
+  if (!enabled()) return;
+  std::string order;
+  for (const std::string& n : recipe_order) order += (order.empty() ? "" : ",") + n;
+  h5::Group r = file_->root();
+  r.require_group("recipes").set_attr("order", order);
+  r.set_attr("status", std::string("complete"));
+  file_->close();
+  out_->commit();
+}
+
+}  // namespace fp4d
