@@ -21,6 +21,10 @@
 #include "quant/ref_operand.hpp"
 #include "ref/exact_block_gemm.hpp"
 #include "ref/reference_gemm.hpp"
+#if defined(FP4DRIFT_WITH_CUDA)
+#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/shared_numerics_check.hpp"
+#endif
 #include "sim/generators.hpp"
 
 namespace fp4d::cli {
@@ -56,6 +60,7 @@ struct BenchArgs {
   int repeat = 5;
   std::vector<std::string> only;  // case names to run (all when empty)
   std::vector<std::int64_t> sizes{256, 1024};  // gemm-ref
+  std::int64_t cuda_rows = 8192, cuda_cols = 8192;  // quantize-cuda
   bool json = false;
 };
 
@@ -125,9 +130,45 @@ int run_bench_gemm_ref(const BenchArgs& a) {
   return 0;
 }
 
+// fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of a float32 tensor on the GPU,
+// amax included, against the device's measured copy bandwidth (the roofline).
+int run_bench_quantize_cuda(const BenchArgs& a) {
+#if defined(FP4DRIFT_WITH_CUDA)
+  std::string why;
+  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
+  const std::int64_t rows = a.cuda_rows, cols = a.cuda_cols;
+  double copy_gbps = 0, quant_only = 0;
+  const double s = cuda::nvfp4_quantize_cuda_bench(rows, cols, a.repeat, &copy_gbps, &quant_only);
+  const double bytes = cuda::nvfp4_quantize_bench_bytes(rows, cols);
+  const double gbps = bytes / s / 1e9, gbps_q = bytes / quant_only / 1e9;
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().field("benchmark", "quantize-cuda").field("rows", rows).field("cols", cols)
+        .field("seconds_amax_and_quantize", s).field("seconds_quantize_only", quant_only)
+        .field("bytes_counted", bytes).field("effective_gbps", gbps).field("effective_gbps_quantize_only", gbps_q)
+        .field("copy_gbps", copy_gbps).field("fraction_of_copy", gbps / copy_gbps)
+        .field("fraction_of_copy_quantize_only", gbps_q / copy_gbps).end_object();
+    return 0;
+  }
+  std::printf("fp4drift bench quantize-cuda: NVFP4 1x16 RNE of %lld x %lld float32, best of %d\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), a.repeat);
+  std::printf("  bytes counted: input read + codes + scales = %.1f MB\n", bytes / 1e6);
+  std::printf("  amax + quantize : %9.3f ms  %8.1f GB/s  %5.1f%% of copy\n", s * 1e3, gbps, 100 * gbps / copy_gbps);
+  std::printf("  quantize only   : %9.3f ms  %8.1f GB/s  %5.1f%% of copy\n", quant_only * 1e3, gbps_q,
+              100 * gbps_q / copy_gbps);
+  std::printf("  device copy (read + write): %.1f GB/s\n", copy_gbps);
+  return 0;
+#else
+  (void)a;
+  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
+#endif
+}
+
 int run_bench(const BenchArgs& a) {
   if (a.what == "gemm-ref") return run_bench_gemm_ref(a);
-  if (a.what != "quantize") throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref)");
+  if (a.what == "quantize-cuda") return run_bench_quantize_cuda(a);
+  if (a.what != "quantize")
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -222,8 +263,10 @@ int run_bench(const BenchArgs& a) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda")->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
+  app.add_option("--rows", a->cuda_rows, "quantize-cuda: rows")->capture_default_str();
+  app.add_option("--cols", a->cuda_cols, "quantize-cuda: cols")->capture_default_str();
   app.add_option("--log2-elements", a->log2_elements, "Tensor size 2^N elements")->capture_default_str();
   app.add_option("--threads", a->threads, "Thread counts to run (list)")->delimiter(',');
   app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();
