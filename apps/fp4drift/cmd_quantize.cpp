@@ -14,11 +14,27 @@
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
 #include "trace/output_file.hpp"
+#if defined(FP4DRIFT_WITH_CUDA)
+#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/shared_numerics_check.hpp"
+#endif
 #include "trace/tensor_io.hpp"
 
 namespace fp4d::cli {
 
 namespace {
+
+QuantizedTensor quantize_on_cuda(const Matrix& x, const QuantSpec& s) {
+#if defined(FP4DRIFT_WITH_CUDA)
+  return quantize_with_nvfp4_kernel(
+      x, s, [](const Matrix& m, const QuantSpec& sp, QuantizedTensor& q, bool d) { cuda::nvfp4_quantize_cuda(m, sp, q, d); },
+      "cuda");
+#else
+  (void)x;
+  (void)s;
+  throw UsageError("built without CUDA");
+#endif
+}
 
 struct QuantizeArgs {
   std::string input;
@@ -116,8 +132,16 @@ void print_json(std::ostream& os, const std::string& source, const std::string& 
 }
 
 int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given) {
-  if (a.backend != "cpu")
-    throw UsageError("--backend " + a.backend + " is not available yet (only cpu; the CUDA backend is in progress)");
+  if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+#if defined(FP4DRIFT_WITH_CUDA)
+  if (a.backend == "cuda") {
+    std::string why;
+    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
+  }
+#else
+  if (a.backend == "cuda")
+    throw UsageError("--backend cuda: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
+#endif
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
   if (!a.recipes.empty() && custom_given)
@@ -177,12 +201,13 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
   if (file.enabled()) {
     h5::Group root = file.root();
     root.set_attr("source", source);
+    root.set_attr("backend", a.backend);
     root.write("input", x.data, dims);
   }
 
   std::vector<std::pair<std::string, QuantizedTensor>> results;
   for (const auto& [name, s] : specs) {
-    QuantizedTensor q = quantize_cpu(x, s);
+    QuantizedTensor q = a.backend == "cuda" ? quantize_on_cuda(x, s) : quantize_cpu(x, s);
     if (file.enabled()) write_quantized(file.root().require_group("recipes").create_group(name), q, dims);
     q.codes.clear();  // keep the statistics only
     q.codes16.clear();
@@ -231,7 +256,8 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
-  app.add_option("--backend", a->backend, "cpu (cuda: with the CUDA backend)")->capture_default_str();
+  app.add_option("--backend", a->backend, "cpu | cuda (cuda: NVFP4 recipes; the RHT and statistics run on the host)")
+      ->capture_default_str();
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};
   return [a, command_line, custom]() {

@@ -1,6 +1,7 @@
 #include "quant/quantize.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "quant/cast.hpp"
 #include "quant/fp8_scaled.hpp"
@@ -20,8 +21,20 @@ bool all_finite(const Matrix& m, std::int64_t* first_bad) {
   return true;
 }
 
+namespace {
+void nvfp4_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { nvfp4_quantize_cpu(x, s, q, d); }
+}  // namespace
+
 QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec) {
+  return quantize_with_nvfp4_kernel(input, spec, nvfp4_cpu_kernel, "cpu");
+}
+
+QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec& spec, Nvfp4QuantizeFn nvfp4,
+                                           const char* backend_name) {
   validate(spec);
+  if (nvfp4 != nvfp4_cpu_kernel && spec.scheme != Scheme::Nvfp4)
+    throw std::invalid_argument(format_string(spec) + " has no " + backend_name +
+                                " kernel yet (only nvfp4 runs on that backend)");
   QuantizedTensor q;
   q.spec = spec;
   q.input_rows = input.rows;
@@ -34,7 +47,7 @@ QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec) {
   const Matrix& stored = transposed ? stored_copy : source;
 
   switch (spec.scheme) {
-    case Scheme::Nvfp4: nvfp4_quantize_cpu(stored, spec, q); break;
+    case Scheme::Nvfp4: nvfp4(stored, spec, q, true); break;
     case Scheme::Mxfp4: mxfp4_quantize_cpu(stored, spec, q); break;
     case Scheme::Fp8: fp8_quantize_cpu(stored, spec, q); break;
     case Scheme::Cast: cast_quantize_cpu(stored, spec, q); break;

@@ -7,8 +7,17 @@
 
 namespace fp4d {
 
+// The NVFP4 kernel a backend provides (same contract as nvfp4_quantize_cpu: the stored
+// orientation in, codes/scales/global/clipped/dequantized out). The RHT, the transposition
+// to the stored orientation and the statistics stay on the host, shared by every backend.
+using Nvfp4QuantizeFn = void (*)(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize);
+
 // Throws std::invalid_argument for an inconsistent spec or an RHT that does not fit.
 QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec);
+// The same with another backend's NVFP4 kernel; other schemes then throw
+// std::invalid_argument (they have no device kernel yet).
+QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec& spec, Nvfp4QuantizeFn nvfp4,
+                                           const char* backend_name);
 
 // Whether every element is finite; the position of the first that is not, for messages.
 bool all_finite(const Matrix& m, std::int64_t* first_bad = nullptr);
