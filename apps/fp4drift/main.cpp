@@ -40,18 +40,13 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       return run();
-    } catch (const fp4d::cli::UsageError& e) {
-      std::cerr << "fp4drift: error: " << e.what() << "\n";
-      return 2;
-    } catch (const std::invalid_argument& e) {
-      std::cerr << "fp4drift: error: " << e.what() << "\n";
-      return 2;
-    } catch (const fp4d::h5::Error& e) {
-      std::cerr << "fp4drift: error: " << e.what() << "\n";
-      return 2;
     } catch (const std::exception& e) {
+      // Bad input (usage, invalid values, unreadable or malformed files) exits 2; anything
+      // else that stopped the run exits 1.
+      const bool bad_input = dynamic_cast<const fp4d::cli::UsageError*>(&e) ||
+                             dynamic_cast<const std::invalid_argument*>(&e) || dynamic_cast<const fp4d::h5::Error*>(&e);
       std::cerr << "fp4drift: error: " << e.what() << "\n";
-      return 1;
+      return bad_input ? 2 : 1;
     }
   }
   return 2;

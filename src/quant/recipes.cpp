@@ -90,25 +90,32 @@ const NamedRecipe& preset(std::string_view name) {
   throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (known: " + known + ", all)");
 }
 
-std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names) {
+std::vector<std::string> expand_names(const std::vector<std::string>& lists, const std::vector<std::string>& all,
+                                      const std::function<void(const std::string&)>& validate) {
   std::vector<std::string> out;
   auto add = [&](const std::string& n) {
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
   };
-  for (const std::string& list : names) {
+  for (const std::string& list : lists) {
     std::stringstream ss(list);
     std::string n;
     while (std::getline(ss, n, ',')) {
       if (n.empty()) continue;
       if (n == "all") {
-        for (const NamedRecipe& r : quantize_presets()) add(r.name);
+        for (const std::string& a : all) add(a);
       } else {
-        (void)preset(n);  // validates
+        validate(n);
         add(n);
       }
     }
   }
   return out;
+}
+
+std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names) {
+  std::vector<std::string> all;
+  for (const NamedRecipe& r : quantize_presets()) all.push_back(r.name);
+  return expand_names(names, all, [](const std::string& n) { (void)preset(n); });
 }
 
 int parse_sr_bits(const std::string& s) {

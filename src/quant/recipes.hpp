@@ -2,6 +2,7 @@
 // the CLI and config files use. The list is the table of docs/numerics.md.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,10 @@ const std::vector<NamedRecipe>& quantize_presets();
 const NamedRecipe& preset(std::string_view name);
 // Splits comma-separated names and expands "all"; keeps order, drops duplicates.
 std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names);
+// The same for any list of names: "all" expands to `all`, every other name is passed to
+// `validate` (which throws for an unknown one). Used by the quantize and GEMM recipe lists.
+std::vector<std::string> expand_names(const std::vector<std::string>& lists, const std::vector<std::string>& all,
+                                      const std::function<void(const std::string&)>& validate);
 
 // Option strings -> spec (each throws std::invalid_argument naming the accepted values).
 struct CustomQuantOptions {

@@ -84,28 +84,9 @@ GemmRecipe gemm_recipe(const std::string& name) {
 }
 
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names) {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& n) {
-    for (const std::string& o : out)
-      if (o == n) return;
-    out.push_back(n);
-  };
-  for (const std::string& list : names) {
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t comma = list.find(',', start);
-      const std::string n = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (n == "all") {
-        for (const GemmRecipe& g : gemm_recipes()) add(g.name);
-      } else if (!n.empty()) {
-        (void)gemm_recipe(n);
-        add(n);
-      }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  return out;
+  std::vector<std::string> all;
+  for (const GemmRecipe& g : gemm_recipes()) all.push_back(g.name);
+  return expand_names(names, all, [](const std::string& n) { (void)gemm_recipe(n); });
 }
 
 void expected_shapes(GemmRole role, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t* r1,

@@ -558,3 +558,12 @@ def quantize_recipe(x, fmt: str, layout: str, axis: int, scale_rule: str = "") -
     if fmt == "fp8-e4m3":
         return quantize_fp8_e4m3(x, layout=layout, axis=axis)
     raise ValueError(f"oracle has no quantizer for format {fmt!r}")
+
+
+def h5_attr(v):
+    """An HDF5 attribute as h5py returns it, as a plain Python value (str, int, float, bool)."""
+    if isinstance(v, np.ndarray) and v.shape in ((), (1,)):
+        v = v.reshape(()).item()
+    if isinstance(v, np.generic):
+        v = v.item()
+    return v.decode() if isinstance(v, bytes) else v

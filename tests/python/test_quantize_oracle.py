@@ -225,16 +225,7 @@ def outputs(tmp_path_factory):
     return get
 
 
-def _attr(v):
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, np.ndarray) and v.shape in ((), (1,)):
-        v = v.reshape(()).item()
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, bytes):
-        return v.decode()
-    return v
+_attr = o.h5_attr
 
 
 def _group(f, recipe):

@@ -298,14 +298,7 @@ def quantize(tmp_path_factory):
     return get
 
 
-def _attr(v):
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, np.ndarray) and v.shape in ((), (1,)):
-        v = v.reshape(()).item()
-    if isinstance(v, np.generic):
-        v = v.item()
-    return v.decode() if isinstance(v, bytes) else v
+_attr = o.h5_attr
 
 
 def _load_group(path, recipe=None):
