@@ -1,5 +1,6 @@
 #include "sim/gemm_experiment.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -175,6 +176,45 @@ ref::BlockOperand exact_operand(const QuantizedTensor& q) {
   return ref::block_operand_from_doubles(v.data(), d.rows, d.cols);
 }
 
+// T_ij = sum_k |a_ik b_jk| over the dequantized operands, in double (a magnitude for a log2).
+std::vector<double> product_magnitudes(const QuantizedTensor& a, const QuantizedTensor& b) {
+  const Matrix da = stored_dequantized(a), db = stored_dequantized(b);
+  const std::int64_t M = da.rows, N = db.rows, K = da.cols;
+  std::vector<double> t(static_cast<std::size_t>(M * N), 0.0);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (std::int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(da(i, k)) * static_cast<double>(db(j, k)));
+      t[static_cast<std::size_t>(i * N + j)] = s;
+    }
+  return t;
+}
+
+AccumulationBits accumulation_bits(const std::vector<double>& err, const std::vector<double>& mag) {
+  AccumulationBits b;
+  std::vector<double> bits;
+  bits.reserve(err.size());
+  std::size_t exact = 0;
+  for (std::size_t i = 0; i < err.size(); ++i) {
+    if (!(mag[i] > 0)) continue;
+    if (err[i] == 0) {
+      ++exact;
+      bits.push_back(AccumulationBits::kCappedBits);
+    } else {
+      bits.push_back(std::min(AccumulationBits::kCappedBits, -std::log2(std::fabs(err[i]) / mag[i])));
+    }
+  }
+  if (bits.empty()) return b;
+  std::sort(bits.begin(), bits.end());
+  const auto at = [&](double q) { return bits[static_cast<std::size_t>(q * static_cast<double>(bits.size() - 1))]; };
+  b.min = bits.front();
+  b.p01 = at(0.01);
+  b.median = at(0.5);
+  b.exact_fraction = static_cast<double>(exact) / static_cast<double>(bits.size());
+  return b;
+}
+
 Matrix computed_product(const QuantizedTensor& a, const QuantizedTensor& b) {
   if (a.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(a, b);
   return gemm_block_scaled_emulated(a, b);
@@ -201,6 +241,7 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
 
   GemmResult r;
   r.recipe = recipe.name;
+  if (opt.product) r.product_path = opt.product_path.empty() ? "external" : opt.product_path;
   r.role = ops.role;
   r.rows = A.rows;
   r.cols = B.rows;
@@ -221,7 +262,8 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
     const std::uint64_t seed = opt.seed + static_cast<std::uint64_t>(d);
     QuantizedTensor qa = quantize_cpu(A, operand_spec(recipe, ka, wgrad, seed, stream_base + 1));
     QuantizedTensor qb = quantize_cpu(B, operand_spec(recipe, kb, wgrad, seed, stream_base + 2));
-    const Matrix c = computed_product(qa, qb);
+    const Matrix c = opt.product ? opt.product(qa, qb) : computed_product(qa, qb);
+    if (c.rows != r.rows || c.cols != r.cols) throw std::runtime_error("the GEMM backend returned a product of the wrong shape");
     for (std::size_t i = 0; i < n; ++i) {
       sum[i] += c.data[i];
       sum2[i] += static_cast<double>(c.data[i]) * c.data[i];
@@ -252,6 +294,9 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
     std::vector<double> e2(n);
     for (std::size_t i = 0; i < n; ++i) e2[i] = exact_sub(exact_of_float(c2.data[i]), exact_q.exact[i]).to_double();
     r.accumulation_dequant_fp32 = error_stats(e2, r.exact);
+    const std::vector<double> mag = product_magnitudes(r.qa, r.qb);
+    r.accumulation_bits = accumulation_bits(ea, mag);
+    r.accumulation_bits_dequant_fp32 = accumulation_bits(e2, mag);
   }
   r.total = error_stats(et, r.exact);
   r.quantization = error_stats(eq, r.exact);

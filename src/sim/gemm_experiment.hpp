@@ -14,6 +14,7 @@
 // (codes x scales x global scale) and exact(.) is computed with the fixed-point reference.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,18 @@ struct ErrorStats {
   double bias = 0;           // mean E (signed)
 };
 
+// Bits of the accumulation that survive, per output element: b_ij = -log2(|acc_ij| / T_ij) with
+// acc_ij the accumulation error (computed - exact product of the quantized operands) and
+// T_ij = sum_k |a_ik b_jk| (the dequantized operands' product magnitudes, in double): the
+// error measured in units of the largest partial sum any summation order can reach. A float32
+// accumulator with round-to-nearest over n additions keeps b >= 24 - log2(n) (the gamma_n
+// bound); an exact result counts as kCappedBits. Order statistics over the elements with T > 0.
+struct AccumulationBits {
+  static constexpr double kCappedBits = 64.0;
+  double min = 0, p01 = 0, median = 0;  // minimum, 1st percentile, median
+  double exact_fraction = 0;            // elements whose accumulation error is 0
+};
+
 struct GemmResult {
   std::string recipe;
   GemmRole role{};
@@ -74,6 +87,9 @@ struct GemmResult {
   // The second accumulation model: dequantize to float32, then an FP32 GEMM (ascending K,
   // no FMA); its error against exact(deq A, deq B). Equal to `accumulation` for casts.
   ErrorStats accumulation_dequant_fp32;
+  AccumulationBits accumulation_bits;              // of `computed`
+  AccumulationBits accumulation_bits_dequant_fp32; // of the FP32 model
+  std::string product_path = "cpu-emulation";      // what computed `computed`
   bool split_exact = true;          // total == quantization + accumulation held exactly
   // With SR and draws > 1: the estimator over the draws (mean of computed).
   int draws = 1;
@@ -82,9 +98,15 @@ struct GemmResult {
   QuantizedTensor qa, qb;           // the quantized operands (stored orientation)
 };
 
+// Computes C = A B^T (stored orientation) of two quantized operands; the experiment's
+// default is the CPU emulation (gemm_emulated.hpp). The CUDA backend passes its tensor-core GEMM.
+using QuantizedProduct = std::function<Matrix(const QuantizedTensor&, const QuantizedTensor&)>;
+
 struct GemmExperimentOptions {
   std::uint64_t seed = 0;  // SR draws and random signs; draw d uses seed + d
   int draws = 1;
+  QuantizedProduct product;        // empty: the CPU emulation
+  std::string product_path;        // its name for the trace (e.g. the cuBLASLt path)
 };
 
 GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe, const GemmExperimentOptions& opt);

@@ -1,0 +1,579 @@
+// Low-precision GEMMs on the tensor cores through cuBLASLt (see gemm_cuda.hpp for the
+// semantics of each scheme), the accumulator probes and the GEMM benchmark.
+//
+// Layout: fp4drift's stored orientation is row-major A (M x K) and B (N x K), C = A B^T (M x N,
+// row-major). cuBLASLt is column-major, so it computes C^T (N x M, column-major == C row-major)
+// = B A^T: its "A" is our B read as a K x N column-major matrix with op T, its "B" is our A read
+// as K x M with op N - the "TN" form that the FP8 kernels require.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/nvfp4_quantize.hpp"
+#include "format/bf16.hpp"
+#include "format/e2m1.hpp"
+#include "format/fp8.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLASLt error in ") + what + ": " + cublasLtGetStatusString(s));
+}
+
+template <class T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  std::size_t n = 0;
+  DeviceBuffer(std::size_t count, const char* what) : n(count) { check(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T)), what); }
+  explicit DeviceBuffer(const std::vector<T>& host, const char* what) : DeviceBuffer(host.size(), what) {
+    check(cudaMemcpy(p, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), what);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  EventPair() {
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+  }
+  ~EventPair() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  float ms() const {
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    return t;
+  }
+};
+
+// One cuBLASLt handle and workspace per process. Deliberately never destroyed: a static
+// destructor would run after the CUDA runtime has torn the context down.
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 32u << 20;  // cuBLAS' recommendation for Hopper
+  static LtContext& get() {
+    static LtContext* c = [] {
+      auto* ctx = new LtContext;
+      check(cublasLtCreate(&ctx->handle), "cublasLtCreate");
+      check(cudaMalloc(&ctx->workspace, ctx->workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
+      return ctx;
+    }();
+    return *c;
+  }
+};
+
+// One GEMM D = alpha * scale_a * scale_b * (A B^T) in fp4drift's orientation (see the file
+// comment): a (M x ld_k, type ta), b (N x ld_k, type tb), d (M x N float32, row-major).
+struct LtGemm {
+  cudaDataType_t ta = CUDA_R_16BF, tb = CUDA_R_16BF;
+  std::int64_t M = 0, N = 0, K = 0, ld_k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  float* d = nullptr;
+  const float* alpha = nullptr;           // host pointer unless alpha_on_device
+  bool alpha_on_device = false;           // then alpha points to device {alpha, beta}
+  const float* scale_a = nullptr;         // FP8 only: device pointers to the decode scales
+  const float* scale_b = nullptr;
+  bool fast_accumulation = false;         // FP8 only
+};
+
+// The descriptors and the algorithm cuBLASLt chose for one GEMM shape, made once and run many
+// times (benchmarks time run() alone, without the host-side set-up).
+class LtPlan {
+ public:
+  explicit LtPlan(const LtGemm& g) : g_(g) {
+    LtContext& ctx = LtContext::get();
+    check(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t, "set TRANSA");
+    set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n, "set TRANSB");
+    if (g.alpha_on_device) {
+      const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+      set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode, "set POINTER_MODE");
+    }
+    if (g.ta == CUDA_R_8F_E4M3 || g.ta == CUDA_R_8F_E5M2) {
+      // cuBLAS "A" is our B and vice versa.
+      set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.scale_b, sizeof g.scale_b, "set A_SCALE_POINTER");
+      set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.scale_a, sizeof g.scale_a, "set B_SCALE_POINTER");
+      const std::int8_t fast = g.fast_accumulation ? 1 : 0;
+      set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast, "set FAST_ACCUM");
+    }
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    check(cublasLtMatrixLayoutCreate(&la_, g.tb, u(g.K), u(g.N), g.ld_k), "cublasLtMatrixLayoutCreate (A)");
+    check(cublasLtMatrixLayoutCreate(&lb_, g.ta, u(g.K), u(g.M), g.ld_k), "cublasLtMatrixLayoutCreate (B)");
+    check(cublasLtMatrixLayoutCreate(&lc_, CUDA_R_32F, u(g.N), u(g.M), g.N), "cublasLtMatrixLayoutCreate (C)");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &ctx.workspace_bytes, sizeof ctx.workspace_bytes);
+    int found = 0;
+    heur_.resize(kCandidates);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc_, la_, lb_, lc_, lc_, pref, kCandidates, heur_.data(), &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check(st, "cublasLtMatmulAlgoGetHeuristic");
+    heur_.resize(static_cast<std::size_t>(found));
+    if (found == 0)
+      throw std::invalid_argument("cuBLASLt has no algorithm for this GEMM (" + std::to_string(g.M) + " x " +
+                                  std::to_string(g.N) + " x " + std::to_string(g.K) + ")");
+  }
+  ~LtPlan() {
+    if (lc_) cublasLtMatrixLayoutDestroy(lc_);
+    if (lb_) cublasLtMatrixLayoutDestroy(lb_);
+    if (la_) cublasLtMatrixLayoutDestroy(la_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+  }
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+
+  // The first run takes the heuristic's candidates in order until one launches (a candidate can
+  // answer NOT_SUPPORTED at launch); later runs use that one.
+  void run(cudaStream_t stream = nullptr) const {
+    LtContext& ctx = LtContext::get();
+    const float host_ab[2] = {g_.alpha_on_device ? 0.0f : *g_.alpha, 0.0f};
+    const void* alpha = g_.alpha_on_device ? static_cast<const void*>(g_.alpha) : static_cast<const void*>(&host_ab[0]);
+    const void* beta = g_.alpha_on_device ? static_cast<const void*>(g_.alpha + 1) : static_cast<const void*>(&host_ab[1]);
+    const auto launch = [&](std::size_t i) {
+      return cublasLtMatmul(ctx.handle, desc_, alpha, g_.b, la_, g_.a, lb_, beta, g_.d, lc_, g_.d, lc_, &heur_[i].algo,
+                            ctx.workspace, ctx.workspace_bytes, stream);
+    };
+    if (chosen_ >= 0) return check(launch(static_cast<std::size_t>(chosen_)), "cublasLtMatmul");
+    cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (std::size_t i = 0; i < heur_.size(); ++i) {
+      st = launch(i);
+      if (st == CUBLAS_STATUS_SUCCESS) {
+        chosen_ = static_cast<int>(i);
+        return;
+      }
+      if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    }
+    check(st, "cublasLtMatmul (every candidate algorithm)");
+  }
+
+ private:
+  void set(cublasLtMatmulDescAttributes_t attr, const void* v, std::size_t n, const char* what) {
+    check(cublasLtMatmulDescSetAttribute(desc_, attr, v, n), what);
+  }
+  LtGemm g_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+  static constexpr int kCandidates = 8;
+  std::vector<cublasLtMatmulHeuristicResult_t> heur_;
+  mutable int chosen_ = -1;
+};
+
+void lt_matmul(const LtGemm& g, cudaStream_t stream) { LtPlan(g).run(stream); }
+
+std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+
+const char* scheme_name(Scheme s) {
+  switch (s) {
+    case Scheme::Nvfp4: return "nvfp4";
+    case Scheme::Mxfp4: return "mxfp4";
+    case Scheme::Fp8: return "fp8";
+    case Scheme::Cast:
+    default: return "cast";
+  }
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("gemm --backend cuda: " + what);
+}
+
+// The element types and scales of the GPU path, validated.
+struct PathInfo {
+  enum Kind { Fp4ViaBf16, Cast, Fp8 } kind = Cast;
+  cudaDataType_t ta = CUDA_R_16BF, tb = CUDA_R_16BF;
+  std::string name;
+};
+
+cudaDataType_t fp8_type(const QuantizedTensor& q) { return q.spec.element == ElementFormat::E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
+
+PathInfo path_of(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGemmOptions& opt) {
+  require(A.spec.scheme == B.spec.scheme, std::string("both operands must use the same scheme (got ") +
+                                              scheme_name(A.spec.scheme) + " and " + scheme_name(B.spec.scheme) + ")");
+  require(A.cols == B.cols, "K mismatch in the stored orientation (" + std::to_string(A.cols) + " vs " +
+                                std::to_string(B.cols) + ")");
+  PathInfo p;
+  switch (A.spec.scheme) {
+    case Scheme::Nvfp4:
+    case Scheme::Mxfp4:
+      p.kind = PathInfo::Fp4ViaBf16;
+      p.name = std::string(scheme_name(A.spec.scheme)) + ": elements x block scales decoded to BF16 (exact), cuBLASLt BF16 GEMM, FP32 accumulation" +
+               (A.spec.scheme == Scheme::Nvfp4 ? ", global scale as epilogue alpha" : "");
+      return p;
+    case Scheme::Cast:
+      require(A.spec.element == B.spec.element, "both cast operands must have the same element format");
+      require(A.spec.element == ElementFormat::BF16 || A.spec.element == ElementFormat::FP16,
+              "casts run on the GPU for BF16 and FP16 only");
+      p.ta = p.tb = A.spec.element == ElementFormat::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+      p.name = A.spec.element == ElementFormat::BF16 ? "bf16: cuBLASLt BF16 GEMM, FP32 accumulation"
+                                                     : "fp16: cuBLASLt FP16 GEMM, FP32 accumulation";
+      return p;
+    case Scheme::Fp8:
+      require(A.spec.per_tensor() && B.spec.per_tensor(),
+              "FP8 with 1x128 / 128x128 block scales has no GPU path yet (per-tensor scaling only: recipe fp8-tensor)");
+      p.kind = PathInfo::Fp8;
+      p.ta = fp8_type(A);
+      p.tb = fp8_type(B);
+      require(!(p.ta == CUDA_R_8F_E5M2 && p.tb == CUDA_R_8F_E5M2), "cuBLASLt has no E5M2 x E5M2 FP8 GEMM");
+      p.name = std::string("fp8 per-tensor: cuBLASLt FP8 GEMM (FP8 tensor cores), decode scales as A/B scale factors") +
+               (opt.fp8_fast_accumulation ? ", fast accumulation" : "");
+      return p;
+  }
+  throw std::invalid_argument("gemm --backend cuda: unknown scheme");
+}
+
+// Row-major rows x ld copy of a cast operand's 16-bit codes (zero padding).
+std::vector<std::uint16_t> padded_codes16(const QuantizedTensor& q, std::int64_t ld) {
+  std::vector<std::uint16_t> v(static_cast<std::size_t>(q.rows * ld), 0);
+  for (std::int64_t r = 0; r < q.rows; ++r)
+    std::copy_n(q.codes16.begin() + r * q.cols, q.cols, v.begin() + r * ld);
+  return v;
+}
+
+std::vector<std::uint8_t> padded_codes8(const QuantizedTensor& q, std::int64_t ld) {
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(q.rows * ld), 0);
+  for (std::int64_t r = 0; r < q.rows; ++r)
+    for (std::int64_t k = 0; k < q.cols; ++k) v[static_cast<std::size_t>(r * ld + k)] = q.code_at(r, k);
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::uint16_t> unscaled_bf16_operand(const QuantizedTensor& q, std::int64_t ld) {
+  require(q.spec.scheme == Scheme::Nvfp4 || q.spec.scheme == Scheme::Mxfp4, "unscaled BF16 decode needs an FP4 operand");
+  require(ld >= q.cols, "leading dimension below the column count");
+  const std::int64_t bc = q.spec.block_cols, br = q.spec.is_2d() ? q.spec.block_rows : 1;
+  require(bc > 0 && q.scale_values.size() == static_cast<std::size_t>(q.scale_rows * q.scale_cols),
+          "FP4 operand without its block scales");
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(q.rows * ld), 0);
+  for (std::int64_t r = 0; r < q.rows; ++r)
+    for (std::int64_t k = 0; k < q.cols; ++k) {
+      const double s = q.scale_values[static_cast<std::size_t>((r / br) * q.scale_cols + k / bc)];
+      const double v = static_cast<double>(e2m1_decode(q.code_at(r, k))) * s;  // exact in double
+      const float f = static_cast<float>(v);
+      const std::uint32_t bits = float_bits(f);
+      if (static_cast<double>(f) != v || (bits & 0xffffu) != 0 || !std::isfinite(f))
+        throw std::domain_error("element (" + std::to_string(r) + ", " + std::to_string(k) + ") = " + std::to_string(v) +
+                                " of the " + scheme_name(q.spec.scheme) +
+                                " operand is not exactly representable in BF16: no exact GPU path");
+      out[static_cast<std::size_t>(r * ld + k)] = static_cast<std::uint16_t>(bits >> 16);
+    }
+  return out;
+}
+
+std::string gemm_quantized_cuda_path(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGemmOptions& opt) {
+  return path_of(A, B, opt).name;
+}
+
+Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGemmOptions& opt) {
+  const PathInfo p = path_of(A, B, opt);
+  const std::int64_t M = A.rows, N = B.rows, K = A.cols;
+  Matrix C(M, N);
+  if (M == 0 || N == 0) return C;
+  if (K == 0) return C;  // empty sum: zeros, as the CPU emulation
+  // K padded with zeros to a multiple of 16 elements: 16-byte aligned rows for every type
+  // (FP8 kernels require it); zero products do not change any sum.
+  const std::int64_t ld = round_up(K, 16);
+  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (C)");
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = p.ta, g.tb = p.tb;
+  float alpha = 1.0f;
+  g.alpha = &alpha;
+  if (p.kind == PathInfo::Fp4ViaBf16) {
+    if (A.spec.scheme == Scheme::Nvfp4) alpha = A.global.decode * B.global.decode;  // the emulation's g
+    DeviceBuffer<std::uint16_t> a(unscaled_bf16_operand(A, ld), "cudaMemcpy (A)"), b(unscaled_bf16_operand(B, ld), "cudaMemcpy (B)");
+    g.a = a.p, g.b = b.p;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(C.data.data(), d_c.p, C.data.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (C)");
+  } else if (p.kind == PathInfo::Cast) {
+    DeviceBuffer<std::uint16_t> a(padded_codes16(A, ld), "cudaMemcpy (A)"), b(padded_codes16(B, ld), "cudaMemcpy (B)");
+    g.a = a.p, g.b = b.p;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(C.data.data(), d_c.p, C.data.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (C)");
+  } else {
+    require(!A.scale_values.empty() && !B.scale_values.empty(), "FP8 operand without its scale");
+    DeviceBuffer<std::uint8_t> a(padded_codes8(A, ld), "cudaMemcpy (A)"), b(padded_codes8(B, ld), "cudaMemcpy (B)");
+    // One allocation per scale factor (aligned as cuBLASLt may require).
+    DeviceBuffer<float> sa(std::vector<float>{A.scale_values[0]}, "cudaMemcpy (scale A)"),
+        sb(std::vector<float>{B.scale_values[0]}, "cudaMemcpy (scale B)");
+    g.a = a.p, g.b = b.p, g.scale_a = sa.p, g.scale_b = sb.p;
+    g.fast_accumulation = opt.fp8_fast_accumulation;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(C.data.data(), d_c.p, C.data.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (C)");
+  }
+  return C;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accumulator probes.
+
+namespace {
+
+struct ProbeFormat {
+  const char* path;
+  cudaDataType_t type;
+  int emin, emax;  // exponents of the powers of two the input format represents (subnormals included)
+  bool fast = false;
+  std::uint16_t (*encode16)(float) = nullptr;  // BF16 / FP16 bits of a power of two
+  bool fp8 = false;
+};
+
+std::uint16_t bf16_bits_of(float x) { return bf16_rne_bits(x); }
+std::uint16_t fp16_bits_of(float x) {
+  const __half h = __float2half_rn(x);
+  std::uint16_t b;
+  std::memcpy(&b, &h, sizeof b);
+  return b;
+}
+std::uint8_t e4m3_bits_of(float x) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Row t - 1 probes 1 + 2^-t (times a power of two): big product at k_big, small one at k_small.
+// Two B rows give two scalings: j = 0: B = 1 at both positions; j = 1: B = 2^emax at k_big and
+// 2^emin at k_small, which stretches the representable ratio for narrow formats (FP8).
+AccumulatorProbe run_probe(const ProbeFormat& f, std::int64_t K, const char* placement, std::int64_t k_big,
+                           std::int64_t k_small) {
+  constexpr int kMaxT = 40;
+  const std::int64_t M = 48, N = 16, ld = round_up(K, 16);
+  std::vector<float> a(static_cast<std::size_t>(M * ld), 0.0f), b(static_cast<std::size_t>(N * ld), 0.0f);
+  std::vector<int> column(kMaxT + 1, -1);
+  std::vector<float> expected(kMaxT + 1, 0.0f);
+  const int a_big = std::min(f.emax, 8);  // moderate magnitudes: the products stay far from overflow
+  for (std::int64_t j = 0; j < N; ++j) {
+    const bool stretched = j == 1;
+    b[static_cast<std::size_t>(j * ld + k_big)] = std::ldexp(1.0f, stretched ? f.emax : 0);
+    b[static_cast<std::size_t>(j * ld + k_small)] = std::ldexp(1.0f, stretched ? f.emin : 0);
+  }
+  int max_t = 0;
+  for (int t = 1; t <= kMaxT; ++t) {
+    for (int j = 0; j < 2 && column[t] < 0; ++j) {
+      const int bb = j ? f.emax : 0, bs = j ? f.emin : 0;
+      const int a_small = a_big + bb - bs - t;
+      if (a_small < f.emin || a_small > f.emax) continue;
+      column[t] = j;
+      a[static_cast<std::size_t>((t - 1) * ld + k_big)] = std::ldexp(1.0f, a_big);
+      a[static_cast<std::size_t>((t - 1) * ld + k_small)] = std::ldexp(1.0f, a_small);
+      expected[t] = std::ldexp(1.0f, a_big + bb) + std::ldexp(1.0f, a_big + bb - t);  // exact in float for t <= 23
+    }
+    if (column[t] < 0) break;
+    max_t = t;
+  }
+  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (probe C)");
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = g.tb = f.type;
+  float one = 1.0f;
+  g.alpha = &one;
+  std::vector<float> c(static_cast<std::size_t>(M * N));
+  if (f.fp8) {
+    std::vector<std::uint8_t> a8(a.size()), b8(b.size());
+    std::transform(a.begin(), a.end(), a8.begin(), e4m3_bits_of);
+    std::transform(b.begin(), b.end(), b8.begin(), e4m3_bits_of);
+    DeviceBuffer<std::uint8_t> da(a8, "cudaMemcpy (probe A)"), db(b8, "cudaMemcpy (probe B)");
+    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (probe scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
+    g.a = da.p, g.b = db.p, g.scale_a = sa.p, g.scale_b = sb.p, g.fast_accumulation = f.fast;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  } else {
+    std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+    std::transform(a.begin(), a.end(), a16.begin(), f.encode16);
+    std::transform(b.begin(), b.end(), b16.begin(), f.encode16);
+    DeviceBuffer<std::uint16_t> da(a16, "cudaMemcpy (probe A)"), db(b16, "cudaMemcpy (probe B)");
+    g.a = da.p, g.b = db.p;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  }
+  AccumulatorProbe p;
+  p.path = f.path;
+  p.placement = placement;
+  p.K = K;
+  p.max_t = std::min(max_t, 23);  // 1 + 2^-t is a float32 only up to t = 23
+  for (int t = 1; t <= p.max_t; ++t) {
+    if (c[static_cast<std::size_t>((t - 1) * N + column[t])] != expected[t]) break;
+    p.kept_bits = t;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) {
+  const ProbeFormat formats[] = {
+      {"bf16", CUDA_R_16BF, -133, 127, false, bf16_bits_of, false},
+      {"fp16", CUDA_R_16F, -24, 15, false, fp16_bits_of, false},
+      {"fp8-e4m3", CUDA_R_8F_E4M3, -9, 8, false, nullptr, true},
+      {"fp8-e4m3-fast-accum", CUDA_R_8F_E4M3, -9, 8, true, nullptr, true},
+  };
+  std::vector<AccumulatorProbe> out;
+  for (const std::int64_t K : ks) {
+    if (K < 32 || K % 16 != 0) throw std::invalid_argument("accumulator probe: K must be a multiple of 16 and >= 32");
+    for (const ProbeFormat& f : formats) {
+      out.push_back(run_probe(f, K, "adjacent", 0, 1));
+      out.push_back(run_probe(f, K, "far", 0, K - 1));
+      out.push_back(run_probe(f, K, "small-first", K - 1, 0));
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Benchmark.
+
+namespace {
+
+__global__ void fill_kernel(float* x, std::int64_t n, std::uint32_t seed) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  // A cheap deterministic hash to values in (-4, 4): the data only has to be non-trivial.
+  std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  x[i] = (static_cast<float>(h & 0xffffffu) / 16777216.0f - 0.5f) * 8.0f;
+}
+
+__global__ void to_bf16_kernel(const float* x, std::uint16_t* y, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = bf16_rne_bits(x[i]);
+}
+
+__global__ void to_e4m3_kernel(const float* x, std::uint8_t* y, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x[i] * 0.25f, __NV_SATFINITE, __NV_E4M3));
+}
+
+// NVFP4 1x16 (cols % 16 == 0): codes + E4M3 scales -> BF16 bits of q * S, 8 elements per thread.
+__global__ void nvfp4_unscaled_bf16_kernel(const std::uint32_t* codes, const std::uint8_t* scales, uint4* out,
+                                           std::int64_t n8) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  const std::uint32_t c = codes[i];
+  const float s = e4m3_decode(scales[i >> 1]);
+  std::uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint32_t lo = bf16_rne_bits(e2m1_decode(static_cast<std::uint8_t>(c >> (8 * k))) * s);
+    const std::uint32_t hi = bf16_rne_bits(e2m1_decode(static_cast<std::uint8_t>(c >> (8 * k + 4))) * s);
+    w[k] = lo | (hi << 16);
+  }
+  out[i] = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// alpha = fl(s_dec^A s_dec^B) from the two amax keys, and beta = 0: the epilogue's factors.
+__global__ void nvfp4_alpha_kernel(const std::uint32_t* key_a, const std::uint32_t* key_b, float* ab) {
+  ab[0] = nvfp4_global_scale(bits_float(*key_a)).decode * nvfp4_global_scale(bits_float(*key_b)).decode;
+  ab[1] = 0.0f;
+}
+
+unsigned blocks_for(std::int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+template <class F>
+double best_of(int repeat, F&& f) {
+  EventPair ev;
+  double best = 1e30;
+  f();  // warm-up (cuBLASLt heuristics, lazy module loading)
+  for (int i = 0; i < repeat; ++i) {
+    check(cudaEventRecord(ev.a), "cudaEventRecord");
+    f();
+    check(cudaEventRecord(ev.b), "cudaEventRecord");
+    best = std::min(best, static_cast<double>(ev.ms()) * 1e-3);
+  }
+  check(cudaGetLastError(), "benchmark kernels");
+  return best;
+}
+
+}  // namespace
+
+GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, int repeat) {
+  if (M <= 0 || N <= 0 || K <= 0 || K % 16 != 0 || M % 16 != 0 || N % 16 != 0)
+    throw std::invalid_argument("bench gemm-cuda: M, N, K must be positive multiples of 16");
+  if (repeat < 1) throw std::invalid_argument("bench gemm-cuda: --repeat must be >= 1");
+  GemmCudaBench r;
+  r.M = M, r.N = N, r.K = K;
+  const std::int64_t na = M * K, nb = N * K;
+  DeviceBuffer<float> a(static_cast<std::size_t>(na), "cudaMalloc (A)"), b(static_cast<std::size_t>(nb), "cudaMalloc (B)");
+  DeviceBuffer<std::uint16_t> a16(static_cast<std::size_t>(na), "cudaMalloc"), b16(static_cast<std::size_t>(nb), "cudaMalloc");
+  DeviceBuffer<float> c(static_cast<std::size_t>(M * N), "cudaMalloc (C)");
+  constexpr int T = 256;
+  fill_kernel<<<blocks_for(na, T), T>>>(a.p, na, 1u);
+  fill_kernel<<<blocks_for(nb, T), T>>>(b.p, nb, 2u);
+  to_bf16_kernel<<<blocks_for(na, T), T>>>(a.p, a16.p, na);
+  to_bf16_kernel<<<blocks_for(nb, T), T>>>(b.p, b16.p, nb);
+  check(cudaGetLastError(), "bench setup kernels");
+
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ld_k = K, g.d = c.p;
+  float one = 1.0f;
+  g.alpha = &one;
+  g.a = a16.p, g.b = b16.p;
+  {
+    const LtPlan plan(g);
+    r.bf16_s = best_of(repeat, [&] { plan.run(); });
+  }
+
+  // Emulated NVFP4: amax + quantize both operands (RNE, TE rule), decode to BF16, GEMM with the
+  // global scales as a device-side alpha.
+  DeviceBuffer<std::uint8_t> ca(static_cast<std::size_t>(na / 2), "cudaMalloc"), cb(static_cast<std::size_t>(nb / 2), "cudaMalloc");
+  DeviceBuffer<std::uint8_t> sa(static_cast<std::size_t>(na / 16), "cudaMalloc"), sb(static_cast<std::size_t>(nb / 16), "cudaMalloc");
+  DeviceBuffer<std::uint32_t> keys(2, "cudaMalloc (amax keys)");
+  DeviceBuffer<float> ab(2, "cudaMalloc (alpha)");
+  LtGemm q = g;
+  q.alpha = ab.p;
+  q.alpha_on_device = true;
+  const RoundingSpec rne{};
+  const LtPlan qplan(q);
+  auto nvfp4_pipeline = [&] {
+    nvfp4_amax_device(a.p, na, keys.p);
+    nvfp4_amax_device(b.p, nb, keys.p + 1);
+    nvfp4_quantize_1x16_device_from_amax(a.p, M, K, keys.p, rne, false, ca.p, sa.p);
+    nvfp4_quantize_1x16_device_from_amax(b.p, N, K, keys.p + 1, rne, false, cb.p, sb.p);
+    nvfp4_unscaled_bf16_kernel<<<blocks_for(na / 8, T), T>>>(reinterpret_cast<const std::uint32_t*>(ca.p), sa.p,
+                                                             reinterpret_cast<uint4*>(a16.p), na / 8);
+    nvfp4_unscaled_bf16_kernel<<<blocks_for(nb / 8, T), T>>>(reinterpret_cast<const std::uint32_t*>(cb.p), sb.p,
+                                                             reinterpret_cast<uint4*>(b16.p), nb / 8);
+    nvfp4_alpha_kernel<<<1, 1>>>(keys.p, keys.p + 1, ab.p);
+    qplan.run();
+  };
+  r.nvfp4_s = best_of(repeat, nvfp4_pipeline);
+  r.nvfp4_gemm_only_s = best_of(repeat, [&] { qplan.run(); });
+
+  // FP8 E4M3 per-tensor (unit scales): the FP8 tensor cores' rate for comparison.
+  {
+    DeviceBuffer<std::uint8_t> a8(static_cast<std::size_t>(na), "cudaMalloc"), b8(static_cast<std::size_t>(nb), "cudaMalloc");
+    to_e4m3_kernel<<<blocks_for(na, T), T>>>(a.p, a8.p, na);
+    to_e4m3_kernel<<<blocks_for(nb, T), T>>>(b.p, b8.p, nb);
+    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
+    LtGemm f = g;
+    f.ta = f.tb = CUDA_R_8F_E4M3;
+    f.a = a8.p, f.b = b8.p, f.scale_a = sa.p, f.scale_b = sb.p;
+    const LtPlan fplan(f);
+    r.fp8_s = best_of(repeat, [&] { fplan.run(); });
+  }
+  check(cudaDeviceSynchronize(), "gemm benchmark");
+  return r;
+}
+
+}  // namespace fp4d::cuda
