@@ -7,9 +7,14 @@
 #include <iostream>
 #include <optional>
 
+#include <cmath>
+
 #include "commands.hpp"
 #include "json.hpp"
-#include <cmath>
+#if defined(FP4DRIFT_WITH_CUDA)
+#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/shared_numerics_check.hpp"
+#endif
 
 #include "quant/quantize.hpp"
 #include "ref/exact_block_gemm.hpp"
@@ -35,6 +40,7 @@ struct GemmArgs {
   std::string out;
   bool json = false, save_tensors = false;
   std::string backend = "cpu";
+  bool fp8_fast_accumulation = false;  // cuda: cuBLASLt's FP8 fast-accumulation mode
   std::string reference_precision;  // also compute the product in this precision and certify it
 };
 
@@ -101,9 +107,25 @@ void write_stats(h5::Group g, const std::string& prefix, const ErrorStats& s) {
   g.set_attr(prefix + "_bias", s.bias);
 }
 
+void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& b) {
+  g.set_attr(prefix + "_min", b.min);
+  g.set_attr(prefix + "_p01", b.p01);
+  g.set_attr(prefix + "_median", b.median);
+  g.set_attr(prefix + "_exact_fraction", b.exact_fraction);
+}
+
 int run_gemm(const GemmArgs& a, const std::string& command_line) {
-  if (a.backend != "cpu")
-    throw UsageError("--backend " + a.backend + " is not available yet (only cpu; the CUDA backend is in progress)");
+  if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+  if (a.fp8_fast_accumulation && a.backend != "cuda") throw UsageError("--fp8-fast-accumulation needs --backend cuda");
+#if defined(FP4DRIFT_WITH_CUDA)
+  if (a.backend == "cuda") {
+    std::string why;
+    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
+  }
+#else
+  if (a.backend == "cuda")
+    throw UsageError("--backend cuda: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
+#endif
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
   if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
   GemmOperands ops;
@@ -128,6 +150,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
     root.set_attr("m", a.m);
     root.set_attr("n", a.n);
     root.set_attr("k", a.k);
+    root.set_attr("backend", a.backend);
     root.set_attr("reference", std::string("exact: fixed-point accumulation of the exact block products, rounded once"));
     root.set_attr("source_" + ops.first_name, src1);
     root.set_attr("source_" + ops.second_name, src2);
@@ -148,10 +171,21 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   GemmExperimentOptions opt;
   opt.seed = a.seed;
   opt.draws = a.draws;
+  std::string gpu_path;  // the cuBLASLt path the last GPU product took
+#if defined(FP4DRIFT_WITH_CUDA)
+  cuda::GpuGemmOptions gpu;
+  gpu.fp8_fast_accumulation = a.fp8_fast_accumulation;
+  if (a.backend == "cuda")
+    opt.product = [gpu, &gpu_path](const QuantizedTensor& A, const QuantizedTensor& B) {
+      gpu_path = cuda::gemm_quantized_cuda_path(A, B, gpu);
+      return cuda::gemm_quantized_cuda(A, B, gpu);
+    };
+#endif
   std::vector<GemmResult> results;
   bool exact_file_written = false;
   for (const std::string& nm : names) {
     GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
+    if (!gpu_path.empty()) r.product_path = gpu_path;
     if (file.enabled()) {
       h5::Group root = file.root();
       if (a.save_tensors && !exact_file_written) {
@@ -170,6 +204,9 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
       write_stats(g, "quantization", r.quantization);
       write_stats(g, "accumulation", r.accumulation);
       write_stats(g, "accumulation_dequant_fp32", r.accumulation_dequant_fp32);
+      write_bits(g, "accumulation_bits", r.accumulation_bits);
+      write_bits(g, "accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32);
+      g.set_attr("product_path", r.product_path);
       g.set_attr("sr_rel_bias", r.sr_rel_bias);
       g.set_attr("sr_rel_std", r.sr_rel_std);
       const h5::Dims cd{static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols)};
@@ -195,27 +232,39 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
 
   if (a.json) {
     Json j(std::cout);
-    j.begin_object().field("role", a.role).field("m", a.m).field("n", a.n).field("k", a.k).key("recipes").begin_array();
+    j.begin_object().field("role", a.role).field("backend", a.backend).field("m", a.m).field("n", a.n).field("k", a.k).key("recipes").begin_array();
     for (const GemmResult& r : results) {
       j.begin_object().field("name", r.recipe).field("split_exact", r.split_exact).field("sr_draws", r.draws);
       for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
                                    std::pair{"accumulation", r.accumulation},
                                    std::pair{"accumulation_dequant_fp32", r.accumulation_dequant_fp32}})
         j.key(key).begin_object().field("rel_frobenius", s.rel_frobenius).field("max_abs", s.max_abs).field("bias", s.bias).end_object();
+      for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
+                                   std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
+        j.key(key).begin_object().field("min", b.min).field("p01", b.p01).field("median", b.median)
+            .field("exact_fraction", b.exact_fraction).end_object();
+      j.field("product_path", r.product_path);
       if (r.draws > 1) j.field("sr_rel_bias", r.sr_rel_bias).field("sr_rel_std", r.sr_rel_std);
       j.end_object();
     }
     j.end_array().end_object();
     return 0;
   }
-  std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s\n", a.role.c_str(), static_cast<long long>(a.m),
-              static_cast<long long>(a.n), static_cast<long long>(a.k), src1.c_str());
+  std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s\n", a.role.c_str(),
+              static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k), src1.c_str(),
+              a.backend.c_str());
   std::printf("%-20s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
               "accum(deq32)", "total bias", "split");
   for (const GemmResult& r : results) {
     std::printf("%-20s %12.4e %12.4e %12.4e %12.4e %12.3e %7s\n", r.recipe.c_str(), r.total.rel_frobenius,
                 r.quantization.rel_frobenius, r.accumulation.rel_frobenius, r.accumulation_dequant_fp32.rel_frobenius,
                 r.total.bias, r.split_exact ? "exact" : "BROKEN");
+    if (a.backend == "cuda")
+      std::printf("%-20s accumulation bits kept (-log2 |err| / sum|ab|): min %.1f, p01 %.1f, median %.1f "
+                  "(FP32 sequential model: %.1f, %.1f, %.1f)\n%-20s via %s\n",
+                  "", r.accumulation_bits.min, r.accumulation_bits.p01, r.accumulation_bits.median,
+                  r.accumulation_bits_dequant_fp32.min, r.accumulation_bits_dequant_fp32.p01,
+                  r.accumulation_bits_dequant_fp32.median, "", r.product_path.c_str());
     if (r.draws > 1)
       std::printf("%-20s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
                   r.sr_rel_std);
@@ -252,7 +301,12 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--save-tensors", a->save_tensors, "Also write operands, quantized operands and the exact product");
   app.add_flag("--json", a->json, "Print the results as JSON");
-  app.add_option("--backend", a->backend, "cpu (cuda: with the CUDA backend)")->capture_default_str();
+  app.add_option("--backend", a->backend,
+                 "cpu (emulated GEMMs, gemm_emulated.hpp) | cuda (the GPU's tensor cores through cuBLASLt; the "
+                 "operands are quantized identically)")
+      ->capture_default_str();
+  app.add_flag("--fp8-fast-accumulation", a->fp8_fast_accumulation,
+               "cuda: run FP8 GEMMs in cuBLASLt's fast-accumulation mode (no periodic FP32 promotion)");
   app.add_option("--reference-precision", a->reference_precision,
                  "Also compute the unquantized product in double | binary128 | mp64 | mp113 | mp256 | mp1024, "
                  "compare it with the exact product and certify it against mp1024");

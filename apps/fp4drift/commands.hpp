@@ -2,6 +2,7 @@
 // the function that runs it (exit status).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -14,6 +15,9 @@ using Runner = std::function<int()>;
 Runner add_quantize(CLI::App& app, const std::string& command_line);
 Runner add_bench(CLI::App& app);
 Runner add_gemm(CLI::App& app, const std::string& command_line);
+Runner add_accumulator(CLI::App& app);
+// fp4drift bench gemm-cuda (cmd_bench_gemm_cuda.cpp).
+int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json);
 
 // Errors meant for the user: printed as one line "fp4drift: error: ..." with exit status 2
 // (bad input or usage) by main().

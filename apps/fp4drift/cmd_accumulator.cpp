@@ -1,0 +1,148 @@
+// fp4drift accumulator: how many bits of the exact partial sums the GPU's tensor-core GEMMs keep
+// (issue 4, "Measuring GPU GEMM accumulation"; docs/numerics.md, "Tensor-core accumulation").
+//  1. Probes: dot products 1 + 2^-t with the two terms in chosen K positions; the largest t
+//     that survives exactly is the number of bits an addition keeps below the running sum's
+//     leading bit (23 for a float32 accumulator with round-to-nearest).
+//  2. A sweep over K: Fprop GEMMs of random operands (N(0,1), and |N(0,1)| where every partial
+//     sum grows) quantized by the bf16 and fp8-tensor recipes, multiplied on the GPU, compared
+//     with the exact product of the quantized operands: bits kept = -log2(|err| / sum|a b|)
+//     per element (min, 1st percentile, median), beside the same figure for the CPU's
+//     sequential float32 model of the same operands.
+// Needs a CUDA build and a device; everything else exits 2 with the reason.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "json.hpp"
+#include "sim/gemm_experiment.hpp"
+#include "sim/generators.hpp"
+#if defined(FP4DRIFT_WITH_CUDA)
+#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/shared_numerics_check.hpp"
+#endif
+
+namespace fp4d::cli {
+
+namespace {
+
+struct AccumulatorArgs {
+  std::vector<std::int64_t> probe_ks{32, 256, 4096};
+  std::vector<std::int64_t> sweep_ks{64, 256, 1024, 4096, 16384};
+  std::int64_t m = 64, n = 64;
+  std::uint64_t data_seed = 1;
+  bool json = false;
+};
+
+struct SweepRow {
+  std::string data, path;
+  std::int64_t K = 0;
+  AccumulationBits gpu, cpu_fp32;
+  double gpu_rel = 0, cpu_rel = 0;  // relative Frobenius accumulation error
+};
+
+#if defined(FP4DRIFT_WITH_CUDA)
+std::vector<SweepRow> sweep(const AccumulatorArgs& a) {
+  struct Path {
+    const char* name;
+    const char* recipe;
+    bool fast;
+  };
+  const Path paths[] = {{"bf16", "bf16", false}, {"fp8-e4m3", "fp8-tensor", false}, {"fp8-e4m3-fast-accum", "fp8-tensor", true}};
+  std::vector<SweepRow> rows;
+  for (const bool positive : {false, true})
+    for (const std::int64_t K : a.sweep_ks) {
+      GemmOperands ops;
+      ops.role = GemmRole::Fprop;
+      GeneratorSpec g;
+      g.rows = a.m, g.cols = K, g.seed = a.data_seed;
+      ops.first = generate(g);
+      g.rows = a.n, g.seed = a.data_seed + 1;
+      ops.second = generate(g);
+      if (positive)
+        for (Matrix* m : {&ops.first, &ops.second})
+          for (float& v : m->data) v = std::fabs(v);
+      for (const Path& p : paths) {
+        cuda::GpuGemmOptions gpu;
+        gpu.fp8_fast_accumulation = p.fast;
+        GemmExperimentOptions opt;
+        opt.product = [gpu](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B, gpu); };
+        opt.product_path = p.name;
+        const GemmResult r = run_gemm_experiment(ops, gemm_recipe(p.recipe), opt);
+        SweepRow row;
+        row.data = positive ? "|N(0,1)|" : "N(0,1)";
+        row.path = p.name;
+        row.K = K;
+        row.gpu = r.accumulation_bits;
+        row.cpu_fp32 = r.accumulation_bits_dequant_fp32;
+        row.gpu_rel = r.accumulation.rel_frobenius;
+        row.cpu_rel = r.accumulation_dequant_fp32.rel_frobenius;
+        rows.push_back(row);
+      }
+    }
+  return rows;
+}
+#endif
+
+int run_accumulator(const AccumulatorArgs& a) {
+#if !defined(FP4DRIFT_WITH_CUDA)
+  (void)a;
+  throw UsageError("accumulator: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
+#else
+  std::string why;
+  if (!cuda::device_available(&why)) throw UsageError("accumulator: no usable CUDA device (" + why + ")");
+  if (a.m < 16 || a.n < 16 || a.m % 16 || a.n % 16) throw UsageError("--m and --n must be multiples of 16, at least 16");
+  for (const std::int64_t k : a.sweep_ks)
+    if (k < 16 || k % 16) throw UsageError("--sweep-k values must be multiples of 16, at least 16");
+  const std::vector<cuda::AccumulatorProbe> probes = cuda::probe_accumulators(a.probe_ks);
+  const std::vector<SweepRow> rows = sweep(a);
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().key("probes").begin_array();
+    for (const auto& p : probes)
+      j.begin_object().field("path", p.path).field("placement", p.placement).field("k", p.K).field("kept_bits", p.kept_bits)
+          .field("max_t", p.max_t).end_object();
+    j.end_array().key("sweep").begin_array();
+    for (const SweepRow& r : rows)
+      j.begin_object().field("data", r.data).field("path", r.path).field("k", r.K).field("gpu_bits_min", r.gpu.min)
+          .field("gpu_bits_p01", r.gpu.p01).field("gpu_bits_median", r.gpu.median).field("gpu_rel", r.gpu_rel)
+          .field("fp32_bits_min", r.cpu_fp32.min).field("fp32_bits_p01", r.cpu_fp32.p01)
+          .field("fp32_bits_median", r.cpu_fp32.median).field("fp32_rel", r.cpu_rel).end_object();
+    j.end_array().end_object();
+    return 0;
+  }
+  std::printf("fp4drift accumulator: probes 1 + 2^-t (bits kept below the running sum's leading bit; "
+              "a float32 accumulator with RN keeps 23)\n");
+  std::printf("%-22s %-12s %7s %10s %8s\n", "path", "placement", "K", "kept bits", "max t");
+  for (const auto& p : probes)
+    std::printf("%-22s %-12s %7lld %10d %8d\n", p.path.c_str(), p.placement.c_str(), static_cast<long long>(p.K),
+                p.kept_bits, p.max_t);
+  std::printf("\nrandom operands, M=%lld N=%lld: bits kept = -log2(|C - exact| / sum|ab|) per element "
+              "(GPU | CPU sequential float32 model of the same operands)\n",
+              static_cast<long long>(a.m), static_cast<long long>(a.n));
+  std::printf("%-9s %-22s %7s %8s %8s %8s %11s | %8s %8s %8s %11s\n", "data", "path", "K", "min", "p01", "median",
+              "rel err", "min", "p01", "median", "rel err");
+  for (const SweepRow& r : rows)
+    std::printf("%-9s %-22s %7lld %8.1f %8.1f %8.1f %11.3e | %8.1f %8.1f %8.1f %11.3e\n", r.data.c_str(), r.path.c_str(),
+                static_cast<long long>(r.K), r.gpu.min, r.gpu.p01, r.gpu.median, r.gpu_rel, r.cpu_fp32.min,
+                r.cpu_fp32.p01, r.cpu_fp32.median, r.cpu_rel);
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Runner add_accumulator(CLI::App& app) {
+  auto a = std::make_shared<AccumulatorArgs>();
+  app.add_option("--probe-k", a->probe_ks, "K of the 1 + 2^-t probes (multiples of 16, >= 32)")->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--sweep-k", a->sweep_ks, "K of the random-operand sweep (multiples of 16)")->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--m", a->m, "Rows of A in the sweep")->capture_default_str();
+  app.add_option("--n", a->n, "Rows of B in the sweep")->capture_default_str();
+  app.add_option("--data-seed", a->data_seed, "Seed of the random operands")->capture_default_str();
+  app.add_flag("--json", a->json, "Print the results as JSON");
+  return [a]() { return run_accumulator(*a); };
+}
+
+}  // namespace fp4d::cli
