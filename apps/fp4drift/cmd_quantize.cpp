@@ -16,6 +16,7 @@
 #include "trace/output_file.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/quantize_cuda.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
 #include "trace/tensor_io.hpp"
@@ -26,9 +27,7 @@ namespace {
 
 QuantizedTensor quantize_on_cuda(const Matrix& x, const QuantSpec& s) {
 #if defined(FP4DRIFT_WITH_CUDA)
-  return quantize_with_nvfp4_kernel(
-      x, s, [](const Matrix& m, const QuantSpec& sp, QuantizedTensor& q, bool d) { cuda::nvfp4_quantize_cuda(m, sp, q, d); },
-      "cuda");
+  return cuda::quantize_cuda(x, s);
 #else
   (void)x;
   (void)s;
@@ -256,7 +255,7 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
-  app.add_option("--backend", a->backend, "cpu | cuda (cuda: NVFP4 recipes; the RHT and statistics run on the host)")
+  app.add_option("--backend", a->backend, "cpu | cuda (every scheme but FP16 casts; the RHT, orientation and statistics run on the host)")
       ->capture_default_str();
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};

@@ -49,7 +49,12 @@ void fp8_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& o
         local_clipped += abs_f32(y) > ops.max && is_finite_f32(y);
         const std::uint8_t q = ops.encode(y);
         out.codes[static_cast<std::size_t>(r * g.padded_cols + c)] = q;
-        if (dequantize) out.dequantized(r, c) = ops.decode(q) * dec;
+        // The NaN code dequantizes to the decoder's NaN itself: arithmetic on a NaN gives
+        // different payloads on x86 and on the GPU, and the backends agree bit for bit.
+        if (dequantize) {
+          const float v = ops.decode(q);
+          out.dequantized(r, c) = is_nan_f32(v) ? v : v * dec;
+        }
       }
 #pragma omp atomic
     clipped += local_clipped;

@@ -23,18 +23,44 @@ bool all_finite(const Matrix& m, std::int64_t* first_bad) {
 
 namespace {
 void nvfp4_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { nvfp4_quantize_cpu(x, s, q, d); }
+void mxfp4_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { mxfp4_quantize_cpu(x, s, q, d); }
+void fp8_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { fp8_quantize_cpu(x, s, q, d); }
+void cast_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool) { cast_quantize_cpu(x, s, q); }
+
+const char* scheme_word(Scheme s) {
+  switch (s) {
+    case Scheme::Nvfp4: return "nvfp4";
+    case Scheme::Mxfp4: return "mxfp4";
+    case Scheme::Fp8: return "fp8";
+    case Scheme::Cast:
+    default: return "cast";
+  }
+}
 }  // namespace
 
 QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec) {
-  return quantize_with_nvfp4_kernel(input, spec, nvfp4_cpu_kernel, "cpu");
+  return quantize_with_kernels(input, spec, QuantizeKernels{nvfp4_cpu_kernel, mxfp4_cpu_kernel, fp8_cpu_kernel, cast_cpu_kernel},
+                               "cpu");
 }
 
 QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec& spec, Nvfp4QuantizeFn nvfp4,
                                            const char* backend_name) {
+  return quantize_with_kernels(input, spec, QuantizeKernels{nvfp4, nullptr, nullptr, nullptr}, backend_name);
+}
+
+QuantizedTensor quantize_with_kernels(const Matrix& input, const QuantSpec& spec, const QuantizeKernels& kernels,
+                                      const char* backend_name) {
   validate(spec);
-  if (nvfp4 != nvfp4_cpu_kernel && spec.scheme != Scheme::Nvfp4)
-    throw std::invalid_argument(format_string(spec) + " has no " + backend_name +
-                                " kernel yet (only nvfp4 runs on that backend)");
+  Nvfp4QuantizeFn kernel = nullptr;
+  switch (spec.scheme) {
+    case Scheme::Nvfp4: kernel = kernels.nvfp4; break;
+    case Scheme::Mxfp4: kernel = kernels.mxfp4; break;
+    case Scheme::Fp8: kernel = kernels.fp8; break;
+    case Scheme::Cast: kernel = kernels.cast; break;
+  }
+  if (!kernel)
+    throw std::invalid_argument(format_string(spec) + " has no " + backend_name + " kernel (" + scheme_word(spec.scheme) +
+                                " does not run on that backend)");
   QuantizedTensor q;
   q.spec = spec;
   q.input_rows = input.rows;
@@ -46,12 +72,7 @@ QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec&
   if (transposed) stored_copy = transpose(source);
   const Matrix& stored = transposed ? stored_copy : source;
 
-  switch (spec.scheme) {
-    case Scheme::Nvfp4: nvfp4(stored, spec, q, true); break;
-    case Scheme::Mxfp4: mxfp4_quantize_cpu(stored, spec, q); break;
-    case Scheme::Fp8: fp8_quantize_cpu(stored, spec, q); break;
-    case Scheme::Cast: cast_quantize_cpu(stored, spec, q); break;
-  }
+  kernel(stored, spec, q, true);
   if (transposed) q.dequantized = transpose(q.dequantized);
 
   if (spec.rht.enabled()) {

@@ -14,8 +14,18 @@ using Nvfp4QuantizeFn = void (*)(const Matrix& x, const QuantSpec& spec, Quantiz
 
 // Throws std::invalid_argument for an inconsistent spec or an RHT that does not fit.
 QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec);
-// The same with another backend's NVFP4 kernel; other schemes then throw
-// std::invalid_argument (they have no device kernel yet).
+// The kernels of another backend, one per scheme (same contract as the CPU's; the cast kernel
+// always fills dequantized). A null kernel means the backend has none for that scheme:
+// quantizing with it throws std::invalid_argument naming the backend.
+struct QuantizeKernels {
+  Nvfp4QuantizeFn nvfp4 = nullptr;
+  Nvfp4QuantizeFn mxfp4 = nullptr;
+  Nvfp4QuantizeFn fp8 = nullptr;
+  Nvfp4QuantizeFn cast = nullptr;
+};
+QuantizedTensor quantize_with_kernels(const Matrix& input, const QuantSpec& spec, const QuantizeKernels& kernels,
+                                      const char* backend_name);
+// The same with only an NVFP4 kernel (other schemes throw std::invalid_argument).
 QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec& spec, Nvfp4QuantizeFn nvfp4,
                                            const char* backend_name);
 
