@@ -24,22 +24,38 @@ FP4D_HD std::uint8_t e2m1_sign_nibble(float y) {
   return (!is_nan_f32(y) && sign_bit_f32(y)) ? 8u : 0u;
 }
 
-// Round to nearest, ties to even code. Each comparison is one grid midpoint; '>' where the
-// tie goes down to the even code, '>=' where it goes up to it. Written without branches
-// (the NaN and sign cases are selects) so that loops over it vectorise.
+// The NaN and sign part of a conversion: `count` is the magnitude code of |u|; NaN gives
+// +6 (code 7, the sign dropped by the select). Written without branches (the NaN and sign
+// cases are selects) so that loops over it vectorise.
 FP4D_HD std::uint8_t e2m1_from_magnitude_count(std::uint32_t u, std::uint32_t count) {
-  const std::uint32_t a = u & 0x7fffffffu;
-  const std::uint32_t nan = a > 0x7f800000u;
-  const std::uint32_t sign = (u >> 31) & (nan ^ 1u);
-  return static_cast<std::uint8_t>(nan ? 7u : (count | (sign << 3)));
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<std::uint8_t>(nan ? 7u : (count | ((u >> 28) & 8u)));
+}
+
+// Round to nearest, ties to even code, saturating (NaN -> 7, sign of zero kept). Branch-free
+// in two pieces selected by compares (fewer instructions than a chain of 7 threshold
+// compares, on the GPU and in the CPU's vectorised loops):
+//  a < 1:  0x1p22f has ulp 0.5, the E2M1 spacing below 1, so the float add rounds a to a
+//          multiple of 0.5 with the FPU's RNE; those multiples 0, 0.5, 1 are the codes 0, 1,
+//          2 and sit in the sum's low mantissa bits, and their parity is the code's, so
+//          ties-to-even on the float grid is ties-to-even on the code.
+//  a >= 1: the grid is every float with one mantissa bit (1, 1.5, 2, 3, 4, 6): round the
+//          bits to one mantissa bit (RNE: add 0x1fffff plus the kept bit, drop 22 bits; a
+//          carry moves into the exponent as it should). bits >> 22 of 1.0 is 254 = code 2 +
+//          252, and the codes of 1 .. 6 follow consecutively. Above 6 (Inf included) the
+//          result exceeds 7 and is saturated by the min; no overflow for |u| <= Inf.
+FP4D_HD std::uint32_t e2m1_rne_magnitude(std::uint32_t abs_bits) {
+  const float a = bits_float(abs_bits);
+  const std::uint32_t below_one = float_bits(a + 0x1p22f) - 0x4a800000u;  // 0x4a800000 = 2^22
+  const std::uint32_t rounded = (abs_bits + 0x1fffffu + ((abs_bits >> 22) & 1u)) >> 22;
+  const std::uint32_t from_one = rounded - 252u;
+  const std::uint32_t sat = from_one < 7u ? from_one : 7u;
+  return a < 1.0f ? below_one : sat;
 }
 
 FP4D_HD std::uint8_t e2m1_rne(float y) {
   const std::uint32_t u = float_bits(y);
-  const float a = bits_float(u & 0x7fffffffu);
-  const std::uint32_t count = static_cast<std::uint32_t>(a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
-                              (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
-  return e2m1_from_magnitude_count(u, count);
+  return e2m1_from_magnitude_count(u, e2m1_rne_magnitude(u & 0x7fffffffu));
 }
 
 // Round toward zero (saturating at 6).
