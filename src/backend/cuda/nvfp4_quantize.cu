@@ -1,14 +1,18 @@
 // NVFP4 quantization kernels (nvfp4-spec.md section 2), bit-identical to the CPU backend.
+// Input element types: float32 and BF16 (raw uint16 bits; BF16 -> float is exact: bits << 16).
 //
-//  amax_kernel         grid-stride max of the |x| bit patterns (NaN -> 0) as uint32 keys: an
+//  amax_kernel<In>     grid-stride max of the |x| bit patterns (NaN -> 0) as uint32 keys: an
 //                      unsigned max is exact, so the warp reduction and the atomicMax give the
 //                      same result in any order (deterministic).
-//  quantize_simple     one thread per scale block (1x16 block or 16x16 tile): the spec's loop,
+//  quantize_simple<In> one thread per scale block (1x16 block or 16x16 tile): the spec's loop,
 //                      every layout and shape, partial blocks zero-padded (padding codes 0).
-//  quantize_1x16_vec   1x16 with cols % 16 == 0: coalesced float4 loads staged through shared
-//                      memory (swizzled, conflict-free), then one thread per block; 8-byte
-//                      code stores. Same FP4D_HD calls as the simple kernel.
-// Both quantize kernels can read the global scale from the amax key on the device
+//  quantize_1x16_vec   float32, 1x16, cols % 16 == 0: coalesced float4 loads staged through
+//                      shared memory (swizzled), then one thread per block (the first fast
+//                      kernel; kept as Nvfp4Kernel::Vectorized and as a benchmark baseline).
+//  quantize_1x16_lanes<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
+//                      load (4 floats or 8 BF16), block amax by __shfl_xor, no shared memory;
+//                      every load and store of a warp is contiguous. The default fast kernel.
+// The quantize kernels can read the global scale from the amax key on the device
 // (nvfp4_global_scale on the device: no host round trip) and call the same FP4D_HD
 // functions as the CPU reference, so the bits agree by construction (--fmad=false).
 #include <cuda_runtime.h>
@@ -18,9 +22,11 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/nvfp4_quantize.hpp"
+#include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
 #include "quant/nvfp4_math.hpp"
@@ -67,13 +73,80 @@ struct QuantArgs {
   std::uint8_t* codes;
   std::uint8_t* scales;
   float* dequantized;                // rows x cols (unpadded), optional
+  std::uint16_t* bf16_unscaled;      // rows x cols (unpadded) BF16 bits of q * S_b, optional
   unsigned long long* clipped;       // optional
 };
+
+// Input element -> float32. BF16 is the top half of a float32, so the conversion is exact.
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(std::uint16_t b) { return bf16_to_float(b); }
 
 __device__ __forceinline__ std::uint32_t amax_key_dev(float x) {
   const std::uint32_t a = float_bits(x) & 0x7fffffffu;
   return a <= 0x7f800000u ? a : 0u;
 }
+
+// The amax keys of two BF16 values held in one word, as two 16-bit halves: |b| with NaN -> 0.
+// A 16-bit key k is the float key k << 16 (the low half of a BF16's float is zero), so the
+// halfword max equals the float keys' max; two elements per SIMD instruction.
+__device__ __forceinline__ std::uint32_t bf16x2_keys(std::uint32_t w) {
+  const std::uint32_t m = w & 0x7fff7fffu;
+  return m & ~__vcmpgtu2(m, 0x7f807f80u);
+}
+__device__ __forceinline__ std::uint32_t bf16x2_key_max(std::uint32_t k2) {
+  return max(k2 & 0xffffu, k2 >> 16) << 16;
+}
+
+// The 16-byte vector types of the amax and lanes kernels: 4 floats or 8 BF16 values.
+// key(): the max of the elements' amax keys (NaN -> 0). block_key(): the same value, cheaper
+// where no element is a NaN (the common case): the max of |x| bits is taken with NaNs
+// included, and only if it is a NaN pattern (some element is NaN) are the keys recomputed
+// with NaN -> 0.
+template <class In>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using T = float4;
+  static constexpr int kElems = 4;
+  static __device__ __forceinline__ void unpack(const float4& v, float* e) {
+    e[0] = v.x;
+    e[1] = v.y;
+    e[2] = v.z;
+    e[3] = v.w;
+  }
+  static __device__ __forceinline__ std::uint32_t key(const float4& v) {
+    return max(max(amax_key_dev(v.x), amax_key_dev(v.y)), max(amax_key_dev(v.z), amax_key_dev(v.w)));
+  }
+  static __device__ __forceinline__ std::uint32_t block_key(const float4& v) {
+    const std::uint32_t m = max(max(float_bits(v.x) & 0x7fffffffu, float_bits(v.y) & 0x7fffffffu),
+                                max(float_bits(v.z) & 0x7fffffffu, float_bits(v.w) & 0x7fffffffu));
+    return m <= 0x7f800000u ? m : key(v);
+  }
+};
+template <>
+struct Vec16<std::uint16_t> {
+  using T = uint4;
+  static constexpr int kElems = 8;
+  static __device__ __forceinline__ void unpack(const uint4& v, float* e) {
+    const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      e[2 * k] = bits_float(w[k] << 16);  // element 2k is the low half (little endian)
+      e[2 * k + 1] = bits_float(w[k] & 0xffff0000u);
+    }
+  }
+  static __device__ __forceinline__ std::uint32_t key(const uint4& v) {
+    const std::uint32_t k2 = __vmaxu2(__vmaxu2(bf16x2_keys(v.x), bf16x2_keys(v.y)),
+                                      __vmaxu2(bf16x2_keys(v.z), bf16x2_keys(v.w)));
+    return bf16x2_key_max(k2);
+  }
+  static __device__ __forceinline__ std::uint32_t block_key(const uint4& v) {
+    const std::uint32_t m2 = __vmaxu2(__vmaxu2(v.x & 0x7fff7fffu, v.y & 0x7fff7fffu),
+                                      __vmaxu2(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu));
+    const std::uint32_t m = bf16x2_key_max(m2);
+    return m <= 0x7f800000u ? m : key(v);
+  }
+};
 
 __device__ __forceinline__ GlobalScale kernel_global(const QuantArgs& a) {
   const GlobalScale g = a.amax_key ? nvfp4_global_scale(bits_float(*a.amax_key)) : a.g;
@@ -88,38 +161,43 @@ __device__ __forceinline__ std::uint8_t round_e2m1(float y, const RoundingSpec& 
   else return e2m1_round(y, r, index);
 }
 
-__global__ void __launch_bounds__(kThreads) amax_kernel(const float* __restrict__ x, std::int64_t n, bool vec4,
+// BF16 bits of E2M1value(q) * S_b (no global decode scale): exact in float32 and in BF16
+// (at most 6 significant bits, magnitudes 2^-10 .. 2688), so dropping the low half is exact.
+__device__ __forceinline__ std::uint32_t unscaled_bf16(std::uint8_t code, float scale_value) {
+  return float_bits(e2m1_decode(code) * scale_value) >> 16;
+}
+
+template <class In>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x, std::int64_t n, bool vec,
                                                         std::uint32_t* key) {
+  using V = Vec16<In>;
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   std::uint32_t m = 0;
   std::int64_t done = 0;
-  if (vec4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const std::int64_t n4 = n / 4;
+  if (vec) {
+    const auto* xv = reinterpret_cast<const typename V::T*>(x);
+    const std::int64_t nv = n / V::kElems;
     std::int64_t i = tid;
-    for (; i + 3 * stride < n4; i += 4 * stride) {
-      float4 v[4];
+    for (; i + 3 * stride < nv; i += 4 * stride) {  // 4 loads in flight per thread
+      typename V::T v[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __ldg(x4 + i + k * stride);
+      for (int k = 0; k < 4; ++k) v[k] = __ldg(xv + i + k * stride);
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        m = max(max(max(m, amax_key_dev(v[k].x)), amax_key_dev(v[k].y)), max(amax_key_dev(v[k].z), amax_key_dev(v[k].w)));
+      for (int k = 0; k < 4; ++k) m = max(m, V::key(v[k]));
     }
-    for (; i < n4; i += stride) {
-      const float4 v = __ldg(x4 + i);
-      m = max(max(max(m, amax_key_dev(v.x)), amax_key_dev(v.y)), max(amax_key_dev(v.z), amax_key_dev(v.w)));
-    }
-    done = 4 * n4;
+    for (; i < nv; i += stride) m = max(m, V::key(__ldg(xv + i)));
+    done = V::kElems * nv;
   }
-  for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key_dev(x[i]));
+  for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key_dev(to_float(x[i])));
   m = __reduce_max_sync(0xffffffffu, m);
   if ((threadIdx.x & 31u) == 0 && m != 0) atomicMax(key, m);
 }
 
 // One thread per scale block: rows [tr*br, min(rows, tr*br + br)) x columns [tc*16, +16).
+template <class In>
 __global__ void __launch_bounds__(kThreads)
-    quantize_simple_kernel(const float* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t pcols,
+    quantize_simple_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t pcols,
                            int br, std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
   const GlobalScale g = kernel_global(a);
   const std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -129,9 +207,10 @@ __global__ void __launch_bounds__(kThreads)
   const int n = static_cast<int>(min(static_cast<std::int64_t>(kBlock), cols - c0));
   float amax = 0.0f;
   for (std::int64_t r = r0; r < r1; ++r)
-    for (int i = 0; i < n; ++i) amax = max_ignore_nan(amax, abs_f32(x[r * cols + c0 + i]));
+    for (int i = 0; i < n; ++i) amax = max_ignore_nan(amax, abs_f32(to_float(x[r * cols + c0 + i])));
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
+  const float s_value = e4m3_decode(s);
   a.scales[tile] = s;
   unsigned long long clipped = 0;
   for (std::int64_t r = r0; r < r1; ++r) {
@@ -141,13 +220,14 @@ __global__ void __launch_bounds__(kThreads)
         q[i] = 0;  // padding: code 0, as the reference leaves it
         continue;
       }
-      const float v = x[r * cols + c0 + i];
+      const std::int64_t at = r * cols + c0 + i;
       bool clip;
-      const float y = clamp_e2m1_range(v * e_b, &clip);
+      const float y = clamp_e2m1_range(to_float(x[at]) * e_b, &clip);
       clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
       const auto index = static_cast<std::uint64_t>(r * pcols + c0 + i);
       q[i] = e2m1_round(y, a.r, index);
-      if (a.dequantized) a.dequantized[r * cols + c0 + i] = nvfp4_dequantize(q[i], s, g.decode);
+      if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
+      if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
     }
     std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
     for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
@@ -233,45 +313,175 @@ __global__ void __launch_bounds__(kThreads) quantize_1x16_vec_kernel(const float
   }
 }
 
-int amax_grid(std::int64_t n) {
+// ---- quantize_1x16_lanes: 1x16, cols % 16 == 0 (padded_cols == cols: element index = linear
+// index). Lane v of the grid owns 16-byte vector v (elements kElems*v ..), so a 1x16 block is
+// kLanes = 16 / kElems adjacent lanes of one warp (2 for BF16, 4 for float): their loads, code
+// stores (kElems/2 bytes per lane) and BF16 stores are contiguous across the warp, and the
+// block amax is one (BF16) or two (float) __shfl_xor steps. Each thread handles kUnits
+// vectors kThreads apart, all loads issued before any arithmetic (more bytes in flight).
+// Extras = true adds what only the host wrapper asks for (clipped count, float dequantized):
+// the device API's path stays free of them.
+
+// Round one lane's elements (already scaled and clamped) into q. For SR the lane's first
+// element index is a multiple of 4, so one Philox call gives the words of 4 elements
+// (philox_word(s, i) is philox_block(s, i >> 2).v[i & 3]): the draws are e2m1_round's.
+template <Rounding R, int N>
+__device__ __forceinline__ void round_lane(const float* y, const RoundingSpec& r, std::uint64_t first,
+                                           std::uint8_t* q) {
+  if constexpr (R == Rounding::Stochastic) {
+#pragma unroll
+    for (int g4 = 0; g4 < N; g4 += 4) {
+      const Philox4x32 w = philox_block(r.rng, (first + g4) >> 2);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[g4 + j] = e2m1_sr(y[g4 + j], w.v[j], r.sr_bits, r.rng, first + g4 + j);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) q[j] = round_e2m1<R>(y[j], r, first + j);
+  }
+}
+
+// The lane's BF16 q * S_b values: 16 bytes (BF16 input) or 8 bytes (float input) per lane.
+template <int N>
+__device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8_t s, std::uint16_t* out,
+                                               std::int64_t v) {
+  const float sv = e4m3_decode(s);
+  std::uint32_t w[N / 2];
+#pragma unroll
+  for (int k = 0; k < N / 2; ++k) w[k] = unscaled_bf16(q[2 * k], sv) | (unscaled_bf16(q[2 * k + 1], sv) << 16);
+  if constexpr (N == 8) reinterpret_cast<uint4*>(out)[v] = make_uint4(w[0], w[1], w[2], w[3]);
+  else reinterpret_cast<uint2*>(out)[v] = make_uint2(w[0], w[1]);
+}
+
+template <class In, Rounding R, bool Extras>
+__device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& raw, std::int64_t v, bool in,
+                                                  const GlobalScale& g, const QuantArgs& a) {
+  using V = Vec16<In>;
+  constexpr int N = V::kElems, kLanes = kBlock / N;
+  std::uint32_t key = V::block_key(raw);
+#pragma unroll
+  for (int m = 1; m < kLanes; m <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
+  // The max of the keys is the block amax the reference's max_ignore_nan fold from 0 gives.
+  const std::uint8_t s = nvfp4_block_scale_code(bits_float(key), g.encode, a.legacy);
+  const float e_b = nvfp4_block_encode_scale(s, g.decode);
+  float e[N], y[N];
+  V::unpack(raw, e);
+  unsigned clipped = 0;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    bool clip;
+    // Step 5's clamp changes no RNE or RZ code: e2m1_rne/e2m1_rz saturate every |y| > 6
+    // (Inf included) to code 7 with its sign, as the clamp to +-6 does, and pass NaN to 7
+    // (tests/unit/test_formats.cpp checks this on all 2^32 inputs). So where the clipped
+    // count is not wanted the RNE/RZ path rounds the product directly (two compare-selects
+    // less per element); SR keeps the spec's clamp.
+    if constexpr (!Extras && R != Rounding::Stochastic) y[j] = e[j] * e_b;
+    else y[j] = clamp_e2m1_range(e[j] * e_b, &clip);
+    if constexpr (Extras) clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks: underflow
+  }
+  const auto first = static_cast<std::uint64_t>(v) * N;
+  std::uint8_t q[N];
+  round_lane<R, N>(y, a.r, first, q);
+  if (!in) return 0;
+  std::uint32_t packed = 0;
+#pragma unroll
+  for (int j = 0; j < N; ++j) packed |= static_cast<std::uint32_t>(q[j]) << (4 * j);
+  if constexpr (N == 8) reinterpret_cast<std::uint32_t*>(a.codes)[v] = packed;
+  else reinterpret_cast<std::uint16_t*>(a.codes)[v] = static_cast<std::uint16_t>(packed);
+  if (v % kLanes == 0) a.scales[v / kLanes] = s;
+  if (a.bf16_unscaled) store_unscaled<N>(q, s, a.bf16_unscaled, v);
+  if constexpr (Extras) {
+    if (a.dequantized) {
+      float4* d4 = reinterpret_cast<float4*>(a.dequantized + first);
+#pragma unroll
+      for (int k = 0; k < N / 4; ++k)
+        d4[k] = make_float4(nvfp4_dequantize(q[4 * k], s, g.decode), nvfp4_dequantize(q[4 * k + 1], s, g.decode),
+                            nvfp4_dequantize(q[4 * k + 2], s, g.decode), nvfp4_dequantize(q[4 * k + 3], s, g.decode));
+    }
+  }
+  return clipped;
+}
+
+template <class In, Rounding R, int kUnits, bool Extras>
+__global__ void __launch_bounds__(kThreads)
+    quantize_1x16_lanes_kernel(const typename Vec16<In>::T* __restrict__ xv, std::int64_t nvec, QuantArgs a) {
+  using VT = typename Vec16<In>::T;
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kThreads * kUnits) + threadIdx.x;
+  VT raw[kUnits];
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    const std::int64_t v = base + k * kThreads;
+    raw[k] = v < nvec ? __ldcs(xv + v) : VT{};  // out of range: still takes part in the shuffles
+  }
+  const GlobalScale g = kernel_global(a);  // after the loads: its division overlaps their latency
+  unsigned clipped = 0;
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    const std::int64_t v = base + k * kThreads;
+    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, g, a);
+  }
+  if constexpr (Extras) {
+    if (a.clipped) {
+      clipped = __reduce_add_sync(0xffffffffu, clipped);
+      if ((threadIdx.x & 31u) == 0 && clipped) atomicAdd(a.clipped, static_cast<unsigned long long>(clipped));
+    }
+  }
+}
+
+// Vectors per thread of the lanes kernel (loads in flight per thread). The benchmark also
+// times 1 and 4 (Nvfp4BenchResult::variants).
+constexpr int kLanesUnits = 2;
+
+int sm_count() {
   static int sms = 0;
   if (sms == 0) {
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
   }
-  const std::int64_t want = (n / 4 + kThreads - 1) / kThreads;
-  return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(want, 8LL * sms)));
+  return sms;
+}
+
+template <class In>
+int amax_grid(std::int64_t n) {
+  const std::int64_t want = (n / Vec16<In>::kElems + kThreads - 1) / kThreads;
+  return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(want, 8LL * sm_count())));
 }
 
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
-void launch_amax(const float* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream_t st) {
+unsigned grid_of(std::int64_t work, std::int64_t per_cta) {
+  const std::int64_t grid = (work + per_cta - 1) / per_cta;
+  if (grid > std::numeric_limits<int>::max()) throw std::invalid_argument("nvfp4 cuda: tensor too large");
+  return static_cast<unsigned>(grid);
+}
+
+template <class In>
+void launch_amax(const In* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream_t st) {
   check(cudaMemsetAsync(d_key, 0, sizeof(std::uint32_t), st), "cudaMemsetAsync(amax key)");
   if (n <= 0) return;
-  amax_kernel<<<amax_grid(n), kThreads, 0, st>>>(d_x, n, aligned(d_x, 16), d_key);
+  amax_kernel<In><<<amax_grid<In>(n), kThreads, 0, st>>>(d_x, n, aligned(d_x, 16), d_key);
   check(cudaGetLastError(), "amax_kernel launch");
 }
 
-void launch_simple(const float* d_x, std::int64_t rows, std::int64_t cols, int br, const QuantArgs& a,
+template <class In>
+void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, const QuantArgs& a,
                    cudaStream_t st) {
   const std::int64_t pcols = (cols + kBlock - 1) / kBlock * kBlock;
   const std::int64_t srows = (rows + br - 1) / br, scols = pcols / kBlock, tiles = srows * scols;
   if (tiles == 0) return;
-  const std::int64_t grid = (tiles + kThreads - 1) / kThreads;
-  if (grid > std::numeric_limits<int>::max()) throw std::invalid_argument("nvfp4 cuda: tensor too large");
-  quantize_simple_kernel<<<static_cast<unsigned>(grid), kThreads, 0, st>>>(d_x, rows, cols, pcols, br, srows, scols,
-                                                                            a);
+  quantize_simple_kernel<In><<<grid_of(tiles, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, br, srows, scols,
+                                                                             a);
   check(cudaGetLastError(), "quantize_simple_kernel launch");
 }
 
+// The staged float4 kernel (Nvfp4Kernel::Vectorized). It writes no BF16 output.
 void launch_vec(const float* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a, cudaStream_t st) {
+  if (a.bf16_unscaled) throw std::logic_error("nvfp4 cuda: the staged kernel has no BF16 output");
   const std::int64_t n4 = rows * cols / 4;
   if (n4 == 0) return;
-  const std::int64_t grid = (n4 + kThreads * 4 - 1) / (kThreads * 4);
-  if (grid > std::numeric_limits<int>::max()) throw std::invalid_argument("nvfp4 cuda: tensor too large");
+  const unsigned g = grid_of(n4, kThreads * 4);
   const auto* x4 = reinterpret_cast<const float4*>(d_x);
-  const auto g = static_cast<unsigned>(grid);
   switch (a.r.mode) {
     case Rounding::NearestEven: quantize_1x16_vec_kernel<Rounding::NearestEven><<<g, kThreads, 0, st>>>(x4, n4, a); break;
     case Rounding::TowardZero: quantize_1x16_vec_kernel<Rounding::TowardZero><<<g, kThreads, 0, st>>>(x4, n4, a); break;
@@ -280,8 +490,50 @@ void launch_vec(const float* d_x, std::int64_t rows, std::int64_t cols, const Qu
   check(cudaGetLastError(), "quantize_1x16_vec_kernel launch");
 }
 
-bool vec_applies(const float* d_x, std::int64_t cols, const std::uint8_t* d_codes) {
-  return cols % kBlock == 0 && aligned(d_x, 16) && aligned(d_codes, 8);
+template <class In, Rounding R, int kUnits, bool Extras>
+void launch_lanes_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
+  using V = Vec16<In>;
+  const std::int64_t nvec = n / V::kElems;
+  if (nvec == 0) return;
+  quantize_1x16_lanes_kernel<In, R, kUnits, Extras><<<grid_of(nvec, kThreads * kUnits), kThreads, 0, st>>>(
+      reinterpret_cast<const typename V::T*>(d_x), nvec, a);
+  check(cudaGetLastError(), "quantize_1x16_lanes_kernel launch");
+}
+
+template <class In, bool Extras>
+void launch_lanes_rounding(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
+  switch (a.r.mode) {
+    case Rounding::NearestEven: launch_lanes_t<In, Rounding::NearestEven, kLanesUnits, Extras>(d_x, n, a, st); break;
+    case Rounding::TowardZero: launch_lanes_t<In, Rounding::TowardZero, kLanesUnits, Extras>(d_x, n, a, st); break;
+    case Rounding::Stochastic: launch_lanes_t<In, Rounding::Stochastic, kLanesUnits, Extras>(d_x, n, a, st); break;
+  }
+}
+
+// Caller: lanes_applies. The clipped count and float dequantized output (host wrapper only)
+// select the Extras instantiation.
+template <class In>
+void launch_lanes(const In* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a, cudaStream_t st) {
+  if (a.clipped || a.dequantized) launch_lanes_rounding<In, true>(d_x, rows * cols, a, st);
+  else launch_lanes_rounding<In, false>(d_x, rows * cols, a, st);
+}
+
+// Benchmark variants: RNE, device-API path, `units` vectors per thread (1, 2 or 4).
+template <class In>
+void launch_lanes_rne_units(int units, const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
+  switch (units) {
+    case 1: launch_lanes_t<In, Rounding::NearestEven, 1, false>(d_x, n, a, st); break;
+    case 4: launch_lanes_t<In, Rounding::NearestEven, 4, false>(d_x, n, a, st); break;
+    default: launch_lanes_t<In, Rounding::NearestEven, kLanesUnits, false>(d_x, n, a, st); break;
+  }
+}
+
+// Whether the lanes kernel applies: whole 1x16 blocks per row and aligned vector accesses
+// (16-byte loads; kElems/2-byte code stores; 2*kElems-byte BF16 stores).
+template <class In>
+bool lanes_applies(const In* d_x, std::int64_t cols, const QuantArgs& a) {
+  constexpr std::size_t n = Vec16<In>::kElems;
+  return cols % kBlock == 0 && aligned(d_x, 16) && aligned(a.codes, n / 2) &&
+         (a.bf16_unscaled == nullptr || aligned(a.bf16_unscaled, 2 * n));
 }
 
 void check_sr_range(const RoundingSpec& r, std::int64_t rows, std::int64_t pcols) {
@@ -291,7 +543,7 @@ void check_sr_range(const RoundingSpec& r, std::int64_t rows, std::int64_t pcols
 }
 
 QuantArgs make_args(GlobalScale g, const std::uint32_t* key, RoundingSpec r, bool legacy, std::uint8_t* codes,
-                    std::uint8_t* scales) {
+                    std::uint8_t* scales, std::uint16_t* bf16_unscaled = nullptr) {
   QuantArgs a{};
   a.g = g;
   a.amax_key = key;
@@ -301,30 +553,108 @@ QuantArgs make_args(GlobalScale g, const std::uint32_t* key, RoundingSpec r, boo
   a.codes = codes;
   a.scales = scales;
   a.dequantized = nullptr;
+  a.bf16_unscaled = bf16_unscaled;
   a.clipped = nullptr;
   return a;
 }
 
-void quantize_1x16_device(const float* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a,
-                          cudaStream_t st) {
+template <class In>
+void quantize_1x16_device(const In* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a, cudaStream_t st) {
   check_sr_range(a.r, rows, (cols + kBlock - 1) / kBlock * kBlock);
-  if (vec_applies(d_x, cols, a.codes)) launch_vec(d_x, rows, cols, a, st);
+  if (lanes_applies(d_x, cols, a)) launch_lanes(d_x, rows, cols, a, st);
   else launch_simple(d_x, rows, cols, 1, a, st);
 }
 
-// Deterministic bench input: log-uniform magnitudes over 2^-20 .. 2^4 with random signs.
-__global__ void fill_bench_kernel(float* x, std::int64_t n) {
+// Deterministic bench input: log-uniform magnitudes over 2^-20 .. 2^4 with random signs
+// (float32, or rounded to BF16).
+__device__ __forceinline__ float bench_value(std::int64_t i) {
+  std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ static_cast<std::uint32_t>(i >> 32);
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  const std::uint32_t e = 107u + (h >> 27) % 24u;  // biased exponent 2^-20 .. 2^3
+  return bits_float(((h & 1u) << 31) | (e << 23) | ((h >> 4) & 0x7fffffu));
+}
+__device__ __forceinline__ void store_bench(float* x, std::int64_t i) { x[i] = bench_value(i); }
+__device__ __forceinline__ void store_bench(std::uint16_t* x, std::int64_t i) { x[i] = bf16_rne_bits(bench_value(i)); }
+
+template <class In>
+__global__ void fill_bench_kernel(In* x, std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ static_cast<std::uint32_t>(i >> 32);
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    const std::uint32_t e = 107u + (h >> 27) % 24u;  // biased exponent 2^-20 .. 2^3
-    x[i] = bits_float(((h & 1u) << 31) | (e << 23) | ((h >> 4) & 0x7fffffu));
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    store_bench(x, i);
+}
+
+// Best of `repeat` CUDA-event timings of body() (after one warm-up), in seconds.
+template <class F>
+double time_best(int repeat, const char* what, F&& body) {
+  EventPair ev;
+  float best = std::numeric_limits<float>::infinity();
+  body();
+  check(cudaDeviceSynchronize(), what);
+  for (int i = 0; i < repeat; ++i) {
+    check(cudaEventRecord(ev.a), "cudaEventRecord");
+    body();
+    check(cudaEventRecord(ev.b), "cudaEventRecord");
+    check(cudaEventSynchronize(ev.b), what);
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, ev.a, ev.b), "cudaEventElapsedTime");
+    best = std::min(best, ms);
   }
+  return static_cast<double>(best) * 1e-3;
+}
+
+template <class In>
+Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat) {
+  if (rows <= 0 || cols <= 0 || repeat <= 0) throw std::invalid_argument("nvfp4_quantize_cuda_bench: bad arguments");
+  const std::int64_t n = rows * cols, pcols = (cols + kBlock - 1) / kBlock * kBlock;
+  const auto un = static_cast<std::size_t>(n), upadded = static_cast<std::size_t>(rows * pcols);
+  DeviceBuffer<In> dx(un, "cudaMalloc(bench x)"), dcopy(un, "cudaMalloc(bench copy)");
+  DeviceBuffer<std::uint8_t> dcodes(upadded / 2, "cudaMalloc(bench codes)");
+  DeviceBuffer<std::uint8_t> dscales(upadded / kBlock, "cudaMalloc(bench scales)");
+  DeviceBuffer<std::uint16_t> dbf16(un, "cudaMalloc(bench bf16 unscaled)");
+  DeviceBuffer<std::uint32_t> dkey(1, "cudaMalloc(bench amax key)");
+  fill_bench_kernel<In><<<1024, kThreads>>>(dx.p, n);
+  check(cudaGetLastError(), "fill_bench_kernel launch");
+  check(cudaDeviceSynchronize(), "fill_bench_kernel");
+
+  const QuantArgs a = make_args(GlobalScale{}, dkey.p, RoundingSpec{}, false, dcodes.p, dscales.p);
+  Nvfp4BenchResult res;
+  res.rows = rows;
+  res.cols = cols;
+  res.input_bytes_per_element = sizeof(In);
+  res.amax_and_quantize_s = time_best(repeat, "amax + quantize (bench)", [&] {
+    launch_amax(dx.p, n, dkey.p, nullptr);
+    quantize_1x16_device(dx.p, rows, cols, a, nullptr);
+  });
+  res.quantize_only_s = time_best(repeat, "quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
+  res.amax_only_s = time_best(repeat, "amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });
+  const std::size_t bytes = un * sizeof(In);
+  res.copy_s = time_best(repeat, "cudaMemcpyAsync(D2D) (bench)", [&] {
+    check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
+  });
+  // Quantize-only variants: vectors per thread, the BF16 q * S_b output, the staged kernel
+  // (the first two and the last need whole blocks per row).
+  const bool whole_blocks = cols % kBlock == 0;
+  for (const int units : {1, 2, 4}) {
+    if (!whole_blocks) break;
+    res.variants.push_back({"lanes kernel, " + std::to_string(units) + " x 16 B per thread",
+                            time_best(repeat, "quantize variant (bench)",
+                                      [&] { launch_lanes_rne_units(units, dx.p, n, a, nullptr); })});
+  }
+  QuantArgs with_bf16 = a;
+  with_bf16.bf16_unscaled = dbf16.p;
+  res.variants.push_back({"lanes kernel + BF16 q*S output (+2 B/elem)",
+                          time_best(repeat, "quantize + bf16 (bench)",
+                                    [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
+  if constexpr (std::is_same_v<In, float>)
+    if (whole_blocks)
+      res.variants.push_back({"staged float4 kernel (previous)", time_best(repeat, "staged quantize (bench)", [&] {
+                              launch_vec(dx.p, rows, cols, a, nullptr);
+                            })});
+  return res;
 }
 
 }  // namespace
@@ -332,17 +662,37 @@ __global__ void fill_bench_kernel(float* x, std::int64_t n) {
 void nvfp4_amax_device(const float* d_x, std::int64_t n, std::uint32_t* d_amax_key, void* stream) {
   launch_amax(d_x, n, d_amax_key, static_cast<cudaStream_t>(stream));
 }
+void nvfp4_amax_device(const std::uint16_t* d_x_bf16, std::int64_t n, std::uint32_t* d_amax_key, void* stream) {
+  launch_amax(d_x_bf16, n, d_amax_key, static_cast<cudaStream_t>(stream));
+}
 
 void nvfp4_quantize_1x16_device(const float* d_x, std::int64_t rows, std::int64_t cols, GlobalScale g, RoundingSpec r,
-                                bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream) {
-  quantize_1x16_device(d_x, rows, cols, make_args(g, nullptr, r, legacy, d_codes, d_scales),
+                                bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream,
+                                std::uint16_t* d_bf16_unscaled) {
+  quantize_1x16_device(d_x, rows, cols, make_args(g, nullptr, r, legacy, d_codes, d_scales, d_bf16_unscaled),
+                       static_cast<cudaStream_t>(stream));
+}
+void nvfp4_quantize_1x16_device(const std::uint16_t* d_x_bf16, std::int64_t rows, std::int64_t cols, GlobalScale g,
+                                RoundingSpec r, bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales,
+                                void* stream, std::uint16_t* d_bf16_unscaled) {
+  quantize_1x16_device(d_x_bf16, rows, cols, make_args(g, nullptr, r, legacy, d_codes, d_scales, d_bf16_unscaled),
                        static_cast<cudaStream_t>(stream));
 }
 
 void nvfp4_quantize_1x16_device_from_amax(const float* d_x, std::int64_t rows, std::int64_t cols,
                                           const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
-                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream) {
-  quantize_1x16_device(d_x, rows, cols, make_args(GlobalScale{}, d_amax_key, r, legacy, d_codes, d_scales),
+                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream,
+                                          std::uint16_t* d_bf16_unscaled) {
+  quantize_1x16_device(d_x, rows, cols,
+                       make_args(GlobalScale{}, d_amax_key, r, legacy, d_codes, d_scales, d_bf16_unscaled),
+                       static_cast<cudaStream_t>(stream));
+}
+void nvfp4_quantize_1x16_device_from_amax(const std::uint16_t* d_x_bf16, std::int64_t rows, std::int64_t cols,
+                                          const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
+                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream,
+                                          std::uint16_t* d_bf16_unscaled) {
+  quantize_1x16_device(d_x_bf16, rows, cols,
+                       make_args(GlobalScale{}, d_amax_key, r, legacy, d_codes, d_scales, d_bf16_unscaled),
                        static_cast<cudaStream_t>(stream));
 }
 
@@ -361,9 +711,11 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   const std::int64_t pcols = (cols + kBlock - 1) / kBlock * kBlock;
   check_sr_range(spec.rounding, rows, pcols);
   const bool vec = !two_d && cols % kBlock == 0;
-  if (kernel == Nvfp4Kernel::Vectorized && !vec)
-    throw std::invalid_argument("nvfp4_quantize_cuda: the vectorised kernel needs 1x16 blocks and cols % 16 == 0");
-  const bool use_vec = vec && kernel != Nvfp4Kernel::Simple;
+  if ((kernel == Nvfp4Kernel::Vectorized || kernel == Nvfp4Kernel::Lanes) && !vec)
+    throw std::invalid_argument("nvfp4_quantize_cuda: the fast kernels need 1x16 blocks and cols % 16 == 0");
+  // Auto: the lanes kernel (its buffers below are cudaMalloc'd, hence aligned).
+  const bool use_staged = vec && kernel == Nvfp4Kernel::Vectorized;
+  const bool use_lanes = vec && (kernel == Nvfp4Kernel::Lanes || kernel == Nvfp4Kernel::Auto);
 
   out.rows = rows;
   out.cols = cols;
@@ -397,9 +749,12 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   a.global_out = dglobal.p;
   a.dequantized = dequantize ? ddeq.p : nullptr;
   a.clipped = dclipped.p;
-  if (use_vec) launch_vec(dx.p, rows, cols, a, nullptr);
+  if (use_lanes) launch_lanes(dx.p, rows, cols, a, nullptr);
+  else if (use_staged) launch_vec(dx.p, rows, cols, a, nullptr);
   else launch_simple(dx.p, rows, cols, br, a, nullptr);
-  check(cudaDeviceSynchronize(), use_vec ? "quantize_1x16_vec_kernel" : "quantize_simple_kernel");
+  check(cudaDeviceSynchronize(), use_lanes    ? "quantize_1x16_lanes_kernel"
+                                 : use_staged ? "quantize_1x16_vec_kernel"
+                                              : "quantize_simple_kernel");
 
   std::uint32_t key = 0;
   GlobalScale g{};
@@ -423,51 +778,17 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   for (std::size_t i = 0; i < nscales; ++i) out.scale_values[i] = e4m3_decode(out.scale_codes[i]);
 }
 
+Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype) {
+  return dtype == InputDtype::Bf16 ? quantize_bench<std::uint16_t>(rows, cols, repeat)
+                                   : quantize_bench<float>(rows, cols, repeat);
+}
+
 double nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, double* copy_gbps,
                                  double* quantize_only_s) {
-  if (rows <= 0 || cols <= 0 || repeat <= 0) throw std::invalid_argument("nvfp4_quantize_cuda_bench: bad arguments");
-  const std::int64_t n = rows * cols, pcols = (cols + kBlock - 1) / kBlock * kBlock;
-  DeviceBuffer<float> dx(static_cast<std::size_t>(n), "cudaMalloc(bench x)");
-  DeviceBuffer<float> dcopy(static_cast<std::size_t>(n), "cudaMalloc(bench copy)");
-  DeviceBuffer<std::uint8_t> dcodes(static_cast<std::size_t>(rows * pcols / 2), "cudaMalloc(bench codes)");
-  DeviceBuffer<std::uint8_t> dscales(static_cast<std::size_t>(rows * pcols / kBlock), "cudaMalloc(bench scales)");
-  DeviceBuffer<std::uint32_t> dkey(1, "cudaMalloc(bench amax key)");
-  fill_bench_kernel<<<1024, kThreads>>>(dx.p, n);
-  check(cudaGetLastError(), "fill_bench_kernel launch");
-  check(cudaDeviceSynchronize(), "fill_bench_kernel");
-
-  const RoundingSpec rne{};
-  const QuantArgs a = make_args(GlobalScale{}, dkey.p, rne, false, dcodes.p, dscales.p);
-  EventPair ev;
-  auto time_it = [&](auto&& body, const char* what) {
-    float best = std::numeric_limits<float>::infinity();
-    body();  // warm-up
-    check(cudaDeviceSynchronize(), what);
-    for (int i = 0; i < repeat; ++i) {
-      check(cudaEventRecord(ev.a), "cudaEventRecord");
-      body();
-      check(cudaEventRecord(ev.b), "cudaEventRecord");
-      check(cudaEventSynchronize(ev.b), what);
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, ev.a, ev.b), "cudaEventElapsedTime");
-      best = std::min(best, ms);
-    }
-    return static_cast<double>(best) * 1e-3;
-  };
-  const double t = time_it(
-      [&] {
-        launch_amax(dx.p, n, dkey.p, nullptr);
-        quantize_1x16_device(dx.p, rows, cols, a, nullptr);
-      },
-      "amax + quantize (bench)");
-  if (quantize_only_s)
-    *quantize_only_s = time_it([&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); }, "quantize (bench)");
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-  const double tc = time_it(
-      [&] { check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)"); },
-      "cudaMemcpyAsync(D2D) (bench)");
-  if (copy_gbps) *copy_gbps = 2.0 * static_cast<double>(bytes) / tc * 1e-9;
-  return t;
+  const Nvfp4BenchResult r = nvfp4_quantize_cuda_bench(rows, cols, repeat, InputDtype::F32);
+  if (copy_gbps) *copy_gbps = r.copy_gbps();
+  if (quantize_only_s) *quantize_only_s = r.quantize_only_s;
+  return r.amax_and_quantize_s;
 }
 
 }  // namespace fp4d::cuda

@@ -10,6 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "format/rounding.hpp"
 #include "quant/matrix.hpp"
@@ -20,12 +23,15 @@
 namespace fp4d::cuda {
 
 // Which quantize kernel the host wrapper launches.
-//  Auto:       Vectorized where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
+//  Auto:       Lanes where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
 //  Simple:     one thread per 1x16 block or 16x16 tile; every layout and shape.
-//  Vectorized: 1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): one
-//              float4 per thread, 4 adjacent lanes per block (block amax by warp shuffles),
-//              coalesced loads and stores. Every rounding mode.
-enum class Nvfp4Kernel { Auto, Simple, Vectorized };
+//  Vectorized: 1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): the
+//              first fast kernel, float4 loads staged through shared memory, one thread per
+//              block. Kept as a second implementation to test against and as a baseline.
+//  Lanes:      1x16 with cols % 16 == 0 only (throws otherwise): 4 lanes per block (2 for
+//              BF16 input), each one 16-byte load, block amax by warp shuffles, no shared
+//              memory; the device-pointer API's fast path. Every rounding mode.
+enum class Nvfp4Kernel { Auto, Simple, Vectorized, Lanes };
 
 // Same contract as fp4d::nvfp4_quantize_cpu: x in the stored orientation (blocks along its
 // rows), spec.scheme Nvfp4 with 1x16 blocks or 16x16 tiles; fills out.rows/cols/padded_cols/
@@ -37,36 +43,77 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
 void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize,
                          Nvfp4Kernel kernel);
 
-// ---- Device-pointer API (benchmarks, later fused pipelines). Asynchronous on `stream`. ----
+// ---- Device-pointer API (benchmarks, fused pipelines). Asynchronous on `stream`. ----
+// Input: float32 (d_x) or BF16 given as its raw bits (d_x_bf16, uint16; BF16 -> float32 is
+// exact: bits << 16). The BF16 overloads give exactly what the float ones (and the CPU
+// backend) give on the float32 values of those BF16 numbers.
 
 // Global amax as its key: *d_amax_key = max over i of (|x_i| bits, NaN -> 0), i.e.
 // float_bits(amax) with NaN ignored (as amax_cpu). Zeroes *d_amax_key first (on the stream).
 void nvfp4_amax_device(const float* d_x, std::int64_t n, std::uint32_t* d_amax_key, void* stream = nullptr);
+void nvfp4_amax_device(const std::uint16_t* d_x_bf16, std::int64_t n, std::uint32_t* d_amax_key,
+                       void* stream = nullptr);
 
 // 1x16 quantization of the row-major rows x cols matrix d_x with a given global scale g:
 // d_codes (rows * padded_cols / 2 bytes), d_scales (rows * padded_cols / 16 E4M3 codes).
-// legacy selects the TE <= 2.13 scale rule. Uses the vectorised kernel when cols % 16 == 0
-// and d_x is 16-byte aligned, the simple one otherwise.
+// legacy selects the TE <= 2.13 scale rule. d_bf16_unscaled (optional, nullptr = not written):
+// rows x cols row-major BF16 bits of E2M1value(q) * S_b, the dequantized value WITHOUT the
+// global decode scale, exact in BF16 (nvfp4-spec.md section 2 step 6: the operand of an
+// emulated NVFP4 GEMM). Uses the lanes kernel when cols % 16 == 0, d_x is 16-byte aligned,
+// d_codes 2-byte (float) / 4-byte (BF16) aligned and d_bf16_unscaled 8-byte (float) /
+// 16-byte (BF16) aligned; the simple kernel otherwise (same results).
 void nvfp4_quantize_1x16_device(const float* d_x, std::int64_t rows, std::int64_t cols, GlobalScale g, RoundingSpec r,
-                                bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr);
+                                bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
+                                std::uint16_t* d_bf16_unscaled = nullptr);
+void nvfp4_quantize_1x16_device(const std::uint16_t* d_x_bf16, std::int64_t rows, std::int64_t cols, GlobalScale g,
+                                RoundingSpec r, bool legacy, std::uint8_t* d_codes, std::uint8_t* d_scales,
+                                void* stream = nullptr, std::uint16_t* d_bf16_unscaled = nullptr);
 // The same with the global scale computed on the device from the key left by
 // nvfp4_amax_device (nvfp4_global_scale(bits_float(*d_amax_key))): amax + quantize with no
-// host round trip.
+// host round trip. The host gets the same GlobalScale from the key with nvfp4_global_scale.
 void nvfp4_quantize_1x16_device_from_amax(const float* d_x, std::int64_t rows, std::int64_t cols,
                                           const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
-                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr);
+                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
+                                          std::uint16_t* d_bf16_unscaled = nullptr);
+void nvfp4_quantize_1x16_device_from_amax(const std::uint16_t* d_x_bf16, std::int64_t rows, std::int64_t cols,
+                                          const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
+                                          std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
+                                          std::uint16_t* d_bf16_unscaled = nullptr);
 
-// Benchmark: a rows x cols float32 tensor on the device (deterministic values), timed with
-// CUDA events, best of `repeat`: amax + 1x16 RNE quantize (TE scale rule), and a
-// device-to-device cudaMemcpy of the input's size. Returns the quantize time in seconds;
-// *copy_gbps (if not null) gets the copy bandwidth in GB/s (1e9 B/s) counting bytes read +
-// written (2 * 4 B/elem). Effective quantize bandwidth: nvfp4_quantize_bench_bytes / time.
-// *quantize_only_s (if not null) gets the quantize kernel alone (global scale read from the
-// amax key left on the device), best of `repeat`.
+// ---- Benchmark (fp4drift bench quantize-cuda) ----
+enum class InputDtype { F32, Bf16 };
+
+// Timings (seconds, best of `repeat`, CUDA events) of 1x16 RNE quantization (TE scale rule)
+// of a rows x cols tensor on the device (deterministic values), with the byte counts that
+// turn them into bandwidths. Bytes are decimal (GB = 1e9 B).
+struct Nvfp4BenchResult {
+  std::int64_t rows = 0, cols = 0;
+  double input_bytes_per_element = 4;
+  double amax_and_quantize_s = 0;  // amax kernel + quantize kernel (global scale from the key)
+  double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
+  double amax_only_s = 0;          // amax kernel alone
+  double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
+  // Quantize-only timings of other kernel configurations (name, seconds).
+  std::vector<std::pair<std::string, double>> variants;
+
+  double elements() const { return static_cast<double>(rows) * static_cast<double>(cols); }
+  double input_bytes() const { return elements() * input_bytes_per_element; }
+  // (a) bytes counted once: input read + codes (0.5 B/elem) + scales (1/16 B/elem).
+  double counted_bytes() const { return input_bytes() + elements() * (0.5 + 1.0 / 16.0); }
+  // (b) bytes moved by amax + quantize: the amax pass reads the input a second time.
+  double moved_bytes_amax_and_quantize() const { return counted_bytes() + input_bytes(); }
+  // The roofline: the copy's bandwidth counting read + write.
+  double copy_gbps() const { return 2.0 * input_bytes() / copy_s * 1e-9; }
+};
+Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype);
+
+// The float32 benchmark in its first form: returns amax + quantize seconds; *copy_gbps (if
+// not null) the copy bandwidth counting read + write, *quantize_only_s the quantize kernel
+// alone. Effective quantize bandwidth: nvfp4_quantize_bench_bytes / time.
 double nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, double* copy_gbps,
                                  double* quantize_only_s = nullptr);
-// Bytes counted for the quantize benchmark: input read (4 B/elem) + codes (0.5 B/elem) +
-// scales (1/16 B/elem).
+// Bytes counted for the float32 quantize benchmark: input read (4 B/elem) + codes
+// (0.5 B/elem) + scales (1/16 B/elem).
 inline double nvfp4_quantize_bench_bytes(std::int64_t rows, std::int64_t cols) {
   const double n = static_cast<double>(rows) * static_cast<double>(cols);
   return n * 4.0 + n * 0.5 + n / 16.0;
