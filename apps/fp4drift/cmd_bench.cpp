@@ -61,6 +61,8 @@ struct BenchArgs {
   std::vector<std::string> only;  // case names to run (all when empty)
   std::vector<std::int64_t> sizes{256, 1024};  // gemm-ref
   std::int64_t cuda_rows = 8192, cuda_cols = 8192;  // quantize-cuda
+  std::string cuda_dtype = "bf16";                  // quantize-cuda: bf16 | f32
+  std::int64_t gemm_size = 8192;                    // gemm-cuda: M = N = K
   bool json = false;
 };
 
@@ -130,33 +132,59 @@ int run_bench_gemm_ref(const BenchArgs& a) {
   return 0;
 }
 
-// fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of a float32 tensor on the GPU,
-// amax included, against the device's measured copy bandwidth (the roofline).
+// fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of a BF16 or float32 tensor on the
+// GPU against the device's measured copy bandwidth (the roofline). Bandwidths count (a) the
+// bytes read once + written (input + codes + scales) and (b) the bytes actually moved (the
+// separate amax pass reads the input a second time).
 int run_bench_quantize_cuda(const BenchArgs& a) {
 #if defined(FP4DRIFT_WITH_CUDA)
   std::string why;
   if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
-  const std::int64_t rows = a.cuda_rows, cols = a.cuda_cols;
-  double copy_gbps = 0, quant_only = 0;
-  const double s = cuda::nvfp4_quantize_cuda_bench(rows, cols, a.repeat, &copy_gbps, &quant_only);
-  const double bytes = cuda::nvfp4_quantize_bench_bytes(rows, cols);
-  const double gbps = bytes / s / 1e9, gbps_q = bytes / quant_only / 1e9;
+  if (a.cuda_dtype != "bf16" && a.cuda_dtype != "f32") throw UsageError("--dtype must be bf16 or f32");
+  const auto dtype = a.cuda_dtype == "bf16" ? cuda::InputDtype::Bf16 : cuda::InputDtype::F32;
+  const cuda::Nvfp4BenchResult r = cuda::nvfp4_quantize_cuda_bench(a.cuda_rows, a.cuda_cols, a.repeat, dtype);
+  const double copy = r.copy_gbps(), counted = r.counted_bytes(), moved = r.moved_bytes_amax_and_quantize();
+  struct Line {
+    const char* name;
+    double seconds, bytes_counted, bytes_moved;
+  };
+  const Line lines[] = {{"amax + quantize", r.amax_and_quantize_s, counted, moved},
+                        {"quantize only", r.quantize_only_s, counted, counted},
+                        {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()}};
+  auto gbps = [](double bytes, double s) { return bytes / s * 1e-9; };
   if (a.json) {
     Json j(std::cout);
-    j.begin_object().field("benchmark", "quantize-cuda").field("rows", rows).field("cols", cols)
-        .field("seconds_amax_and_quantize", s).field("seconds_quantize_only", quant_only)
-        .field("bytes_counted", bytes).field("effective_gbps", gbps).field("effective_gbps_quantize_only", gbps_q)
-        .field("copy_gbps", copy_gbps).field("fraction_of_copy", gbps / copy_gbps)
-        .field("fraction_of_copy_quantize_only", gbps_q / copy_gbps).end_object();
+    j.begin_object().field("benchmark", "quantize-cuda").field("dtype", a.cuda_dtype).field("rows", r.rows)
+        .field("cols", r.cols).field("repeat", a.repeat).field("bytes_counted", counted)
+        .field("bytes_moved_amax_and_quantize", moved).field("copy_seconds", r.copy_s).field("copy_gbps", copy)
+        .key("results").begin_array();
+    for (const Line& l : lines)
+      j.begin_object().field("case", l.name).field("seconds", l.seconds)
+          .field("gbps_counted", gbps(l.bytes_counted, l.seconds))
+          .field("fraction_of_copy_counted", gbps(l.bytes_counted, l.seconds) / copy)
+          .field("gbps_moved", gbps(l.bytes_moved, l.seconds))
+          .field("fraction_of_copy_moved", gbps(l.bytes_moved, l.seconds) / copy).end_object();
+    j.end_array().key("quantize_only_variants").begin_array();
+    for (const auto& [name, s] : r.variants)
+      j.begin_object().field("variant", name).field("seconds", s).field("gbps_counted", gbps(counted, s))
+          .field("fraction_of_copy_counted", gbps(counted, s) / copy).end_object();
+    j.end_array().end_object();
     return 0;
   }
-  std::printf("fp4drift bench quantize-cuda: NVFP4 1x16 RNE of %lld x %lld float32, best of %d\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), a.repeat);
-  std::printf("  bytes counted: input read + codes + scales = %.1f MB\n", bytes / 1e6);
-  std::printf("  amax + quantize : %9.3f ms  %8.1f GB/s  %5.1f%% of copy\n", s * 1e3, gbps, 100 * gbps / copy_gbps);
-  std::printf("  quantize only   : %9.3f ms  %8.1f GB/s  %5.1f%% of copy\n", quant_only * 1e3, gbps_q,
-              100 * gbps_q / copy_gbps);
-  std::printf("  device copy (read + write): %.1f GB/s\n", copy_gbps);
+  std::printf("fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of %lld x %lld %s, best of %d\n",
+              static_cast<long long>(r.rows), static_cast<long long>(r.cols), a.cuda_dtype.c_str(), a.repeat);
+  std::printf("  (a) counted: input read once + codes + scales = %.1f MB; (b) moved: amax + quantize also\n"
+              "      reads the input a second time = %.1f MB\n", counted / 1e6, moved / 1e6);
+  std::printf("  device copy of the input (read + write): %.3f ms, %.1f GB/s\n", r.copy_s * 1e3, copy);
+  std::printf("  %-16s %10s %12s %10s %12s %10s\n", "case", "ms", "GB/s (a)", "copy (a)", "GB/s (b)", "copy (b)");
+  for (const Line& l : lines)
+    std::printf("  %-16s %10.4f %12.1f %9.1f%% %12.1f %9.1f%%\n", l.name, l.seconds * 1e3,
+                gbps(l.bytes_counted, l.seconds), 100 * gbps(l.bytes_counted, l.seconds) / copy,
+                gbps(l.bytes_moved, l.seconds), 100 * gbps(l.bytes_moved, l.seconds) / copy);
+  std::printf("  quantize-only variants (bytes (a)):\n");
+  for (const auto& [name, s] : r.variants)
+    std::printf("    %-44s %10.4f ms %9.1f GB/s %6.1f%%\n", name.c_str(), s * 1e3, gbps(counted, s),
+                100 * gbps(counted, s) / copy);
   return 0;
 #else
   (void)a;
@@ -167,8 +195,10 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
 int run_bench(const BenchArgs& a) {
   if (a.what == "gemm-ref") return run_bench_gemm_ref(a);
   if (a.what == "quantize-cuda") return run_bench_quantize_cuda(a);
+  if (a.what == "gemm-cuda") return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json);
+  if (a.what == "quantize-dual-cuda") return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json);
   if (a.what != "quantize")
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -263,10 +293,12 @@ int run_bench(const BenchArgs& a) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda")->capture_default_str();
+  app.add_option("--gemm-size", a->gemm_size, "gemm-cuda: M = N = K")->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
   app.add_option("--rows", a->cuda_rows, "quantize-cuda: rows")->capture_default_str();
   app.add_option("--cols", a->cuda_cols, "quantize-cuda: cols")->capture_default_str();
+  app.add_option("--dtype", a->cuda_dtype, "quantize-cuda: input type, bf16 | f32")->capture_default_str();
   app.add_option("--log2-elements", a->log2_elements, "Tensor size 2^N elements")->capture_default_str();
   app.add_option("--threads", a->threads, "Thread counts to run (list)")->delimiter(',');
   app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();

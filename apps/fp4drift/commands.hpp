@@ -16,8 +16,9 @@ Runner add_quantize(CLI::App& app, const std::string& command_line);
 Runner add_bench(CLI::App& app);
 Runner add_gemm(CLI::App& app, const std::string& command_line);
 Runner add_accumulator(CLI::App& app);
-// fp4drift bench gemm-cuda (cmd_bench_gemm_cuda.cpp).
+// fp4drift bench gemm-cuda and quantize-dual-cuda (cmd_bench_cuda.cpp).
 int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json);
+int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool json);
 
 // Errors meant for the user: printed as one line "fp4drift: error: ..." with exit status 2
 // (bad input or usage) by main().

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Peer benchmark for issue 4: the same NVFP4 1x16 RNE quantizer (amax included) written in
 PyTorch and compiled with torch.compile, timed on the GPU with the byte count that
-`fp4drift bench quantize-cuda` uses (input read 4 B/elem + codes 0.5 + scales 1/16).
+`fp4drift bench quantize-cuda` uses (input read once, 2 B/elem for BF16 or 4 for float32,
++ codes 0.5 + scales 1/16). --dtype bf16 (default) is issue 4's case.
 
 It follows nvfp4-spec.md section 2 (TE 2.14 order) but makes no claim of bit-identity with
 fp4drift (torch's float8 cast and op fusion decide its roundings); with --compare-fp4drift
 it reports the fraction of codes and scales that agree with fp4drift's CPU quantizer.
 
-Usage: python3 scripts/peer/torch_nvfp4_quantize.py [--rows 8192] [--cols 8192] [--repeat 20]
+Usage: python3 scripts/peer/torch_nvfp4_quantize.py [--rows 8192] [--cols 8192] [--repeat 20] [--dtype bf16|f32]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ FLT_MAX = torch.finfo(torch.float32).max
 
 def nvfp4_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r, c = x.shape
+    x = x.float()  # BF16 -> float32 is exact
     amax = x.abs().amax()
     s_enc = torch.clamp(torch.tensor(2688.0, device=x.device) / amax, max=FLT_MAX)
     s_enc = torch.where((amax == 0) | (s_enc == 0), torch.ones_like(s_enc), s_enc)
@@ -52,7 +54,7 @@ def compare(exe: str, xs: torch.Tensor) -> tuple[float, float]:
     codes, scales = nvfp4_quantize(xs)
     with tempfile.TemporaryDirectory() as d:
         with h5py.File(os.path.join(d, "x.h5"), "w") as f:
-            f["x"] = xs.cpu().numpy()
+            f["x"] = xs.float().cpu().numpy()
         subprocess.run([exe, "quantize", "--input", os.path.join(d, "x.h5") + ":/x", "--recipe", "nvfp4",
                         "--out", os.path.join(d, "q.h5"), "--json"], check=True, capture_output=True)
         with h5py.File(os.path.join(d, "q.h5")) as f:
@@ -69,6 +71,7 @@ def main() -> int:
     p.add_argument("--cols", type=int, default=8192)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dtype", choices=["bf16", "f32"], default="bf16", help="input element type")
     p.add_argument("--compare-fp4drift", metavar="EXE", help="fp4drift binary: report the fraction of equal codes")
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -77,6 +80,9 @@ def main() -> int:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(7)
     x = torch.randn(a.rows, a.cols, device=dev, generator=g, dtype=torch.float32)
+    if a.dtype == "bf16":
+        x = x.to(torch.bfloat16)
+    elem = x.element_size()
     fn = torch.compile(nvfp4_quantize)
     for _ in range(3):  # compile + warm-up
         fn(x)
@@ -90,7 +96,7 @@ def main() -> int:
         torch.cuda.synchronize()
         best = min(best, t0.elapsed_time(t1) / 1e3)
     n = a.rows * a.cols
-    nbytes = n * 4 + n * 0.5 + n / 16
+    nbytes = n * elem + n * 0.5 + n / 16
     # Same-run roofline: device-to-device copy of the input, read + write.
     y = torch.empty_like(x)
     copy = float("inf")
@@ -101,16 +107,16 @@ def main() -> int:
         t1.record()
         torch.cuda.synchronize()
         copy = min(copy, t0.elapsed_time(t1) / 1e3)
-    copy_gbps = 2 * n * 4 / copy / 1e9
+    copy_gbps = 2 * n * elem / copy / 1e9
     res = {"peer": "torch.compile", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
-           "rows": a.rows, "cols": a.cols, "seconds": best, "effective_gbps": nbytes / best / 1e9,
+           "rows": a.rows, "cols": a.cols, "dtype": a.dtype, "seconds": best, "effective_gbps": nbytes / best / 1e9,
            "copy_gbps": copy_gbps, "fraction_of_copy": nbytes / best / 1e9 / copy_gbps}
     if a.compare_fp4drift:
         res["codes_equal_fraction"], res["scales_equal_fraction"] = compare(a.compare_fp4drift, x[:1024, :1024].contiguous())
     if a.json:
         print(json.dumps(res))
     else:
-        print(f"torch.compile NVFP4 1x16 RNE, {a.rows} x {a.cols} float32 on {res['device']} (torch {torch.__version__}):"
+        print(f"torch.compile NVFP4 1x16 RNE, {a.rows} x {a.cols} {a.dtype} on {res['device']} (torch {torch.__version__}):"
               f" {best * 1e3:.3f} ms, {res['effective_gbps']:.1f} GB/s effective,"
               f" {100 * res['fraction_of_copy']:.1f}% of copy ({copy_gbps:.1f} GB/s)")
         if a.compare_fp4drift:

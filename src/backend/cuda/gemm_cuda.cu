@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/bench_data.cuh"
 #include "backend/cuda/gemm_cuda.hpp"
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "format/bf16.hpp"
@@ -444,42 +445,9 @@ std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>
 
 namespace {
 
-__global__ void fill_kernel(float* x, std::int64_t n, std::uint32_t seed) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  // A cheap deterministic hash to values in (-4, 4): the data only has to be non-trivial.
-  std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-  h ^= h >> 15;
-  h *= 2246822519u;
-  h ^= h >> 13;
-  x[i] = (static_cast<float>(h & 0xffffffu) / 16777216.0f - 0.5f) * 8.0f;
-}
-
-__global__ void to_bf16_kernel(const float* x, std::uint16_t* y, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = bf16_rne_bits(x[i]);
-}
-
 __global__ void to_e4m3_kernel(const float* x, std::uint8_t* y, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x[i] * 0.25f, __NV_SATFINITE, __NV_E4M3));
-}
-
-// NVFP4 1x16 (cols % 16 == 0): codes + E4M3 scales -> BF16 bits of q * S, 8 elements per thread.
-__global__ void nvfp4_unscaled_bf16_kernel(const std::uint32_t* codes, const std::uint8_t* scales, uint4* out,
-                                           std::int64_t n8) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n8) return;
-  const std::uint32_t c = codes[i];
-  const float s = e4m3_decode(scales[i >> 1]);
-  std::uint32_t w[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const std::uint32_t lo = bf16_rne_bits(e2m1_decode(static_cast<std::uint8_t>(c >> (8 * k))) * s);
-    const std::uint32_t hi = bf16_rne_bits(e2m1_decode(static_cast<std::uint8_t>(c >> (8 * k + 4))) * s);
-    w[k] = lo | (hi << 16);
-  }
-  out[i] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // alpha = fl(s_dec^A s_dec^B) from the two amax keys, and beta = 0: the epilogue's factors.
@@ -488,7 +456,9 @@ __global__ void nvfp4_alpha_kernel(const std::uint32_t* key_a, const std::uint32
   ab[1] = 0.0f;
 }
 
-unsigned blocks_for(std::int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+using bench_data::blocks_for;
+using bench_data::fill_kernel;
+using bench_data::to_bf16_kernel;
 
 template <class F>
 double best_of(int repeat, F&& f) {
@@ -534,26 +504,25 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
     r.bf16_s = best_of(repeat, [&] { plan.run(); });
   }
 
-  // Emulated NVFP4: amax + quantize both operands (RNE, TE rule), decode to BF16, GEMM with the
-  // global scales as a device-side alpha.
+  // Emulated NVFP4: amax + quantize both BF16 operands (RNE, TE rule); the quantize kernel also
+  // writes the unscaled BF16 decode q * S that the GEMM reads; the global scales become a
+  // device-side alpha.
   DeviceBuffer<std::uint8_t> ca(static_cast<std::size_t>(na / 2), "cudaMalloc"), cb(static_cast<std::size_t>(nb / 2), "cudaMalloc");
   DeviceBuffer<std::uint8_t> sa(static_cast<std::size_t>(na / 16), "cudaMalloc"), sb(static_cast<std::size_t>(nb / 16), "cudaMalloc");
+  DeviceBuffer<std::uint16_t> qa(static_cast<std::size_t>(na), "cudaMalloc"), qb(static_cast<std::size_t>(nb), "cudaMalloc");
   DeviceBuffer<std::uint32_t> keys(2, "cudaMalloc (amax keys)");
   DeviceBuffer<float> ab(2, "cudaMalloc (alpha)");
   LtGemm q = g;
+  q.a = qa.p, q.b = qb.p;
   q.alpha = ab.p;
   q.alpha_on_device = true;
   const RoundingSpec rne{};
   const LtPlan qplan(q);
   auto nvfp4_pipeline = [&] {
-    nvfp4_amax_device(a.p, na, keys.p);
-    nvfp4_amax_device(b.p, nb, keys.p + 1);
-    nvfp4_quantize_1x16_device_from_amax(a.p, M, K, keys.p, rne, false, ca.p, sa.p);
-    nvfp4_quantize_1x16_device_from_amax(b.p, N, K, keys.p + 1, rne, false, cb.p, sb.p);
-    nvfp4_unscaled_bf16_kernel<<<blocks_for(na / 8, T), T>>>(reinterpret_cast<const std::uint32_t*>(ca.p), sa.p,
-                                                             reinterpret_cast<uint4*>(a16.p), na / 8);
-    nvfp4_unscaled_bf16_kernel<<<blocks_for(nb / 8, T), T>>>(reinterpret_cast<const std::uint32_t*>(cb.p), sb.p,
-                                                             reinterpret_cast<uint4*>(b16.p), nb / 8);
+    nvfp4_amax_device(a16.p, na, keys.p);
+    nvfp4_amax_device(b16.p, nb, keys.p + 1);
+    nvfp4_quantize_1x16_device_from_amax(a16.p, M, K, keys.p, rne, false, ca.p, sa.p, nullptr, qa.p);
+    nvfp4_quantize_1x16_device_from_amax(b16.p, N, K, keys.p + 1, rne, false, cb.p, sb.p, nullptr, qb.p);
     nvfp4_alpha_kernel<<<1, 1>>>(keys.p, keys.p + 1, ab.p);
     qplan.run();
   };

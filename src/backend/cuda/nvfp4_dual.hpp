@@ -1,0 +1,66 @@
+// Rowwise + columnwise NVFP4 quantization of one tensor in one pass over it (issue 4), the way a
+// training step needs an activation or a gradient: rowwise 1x16 blocks along the rows (the
+// Fprop / Dgrad operand) and columnwise 1x16 blocks along the columns, optionally after the
+// 16-point RHT along the columns (the Wgrad operand, stored transposed). Plain C++ header.
+//
+// Semantics: exactly quantize_cpu(x, row_spec) and quantize_cpu(x, col_spec) with
+//   row_spec: NVFP4 1x16, axis 1, no RHT;
+//   col_spec: NVFP4 1x16, axis 0 (stored transposed), RHT off or size 16 along axis 0;
+// each with its own rounding (RNE/RZ/exact or k-bit SR, its own Philox stream) and its own
+// global scale (the columnwise one from the amax of the RHT output, as the spec says).
+// Two kernels: one reads x to find both amaxes (recomputing the RHT), one reads x again and
+// writes both quantizations, so x is read twice in all and never written back transformed.
+// rows and cols must be multiples of 16.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/matrix.hpp"
+#include "quant/nvfp4_math.hpp"
+#include "quant/quantized.hpp"
+#include "quant/spec.hpp"
+
+namespace fp4d::cuda {
+
+struct DualSpec {
+  RoundingSpec row_rounding{}, col_rounding{};
+  bool legacy = false;           // TE <= 2.13 block-scale rule (both directions)
+  bool col_rht = false;          // RHT-16 along the columns before the columnwise quantization
+  std::uint32_t rht_sign_mask = 0;  // bit i set: sign -1 on element i of each 16-run
+  bool rht_bf16_output = false;  // the RHT output rounded to BF16 (RhtSpec::bf16_output)
+};
+// The spec pair as a DualSpec; throws std::invalid_argument if the pair is not of that form.
+DualSpec dual_spec(const QuantSpec& row_spec, const QuantSpec& col_spec);
+
+// Device buffers (all sizes in bytes): row codes rows*cols/2, row scales rows*cols/16, col codes
+// cols*rows/2 (stored transposed: row c of the transpose holds column c), col scales
+// cols*rows/16; globals[0] = rowwise, globals[1] = columnwise global scale (written);
+// d_keys: 2 words of scratch. Asynchronous on `stream`.
+struct DualOutputs {
+  std::uint8_t* row_codes = nullptr;
+  std::uint8_t* row_scales = nullptr;
+  std::uint8_t* col_codes = nullptr;
+  std::uint8_t* col_scales = nullptr;
+  GlobalScale* globals = nullptr;
+};
+void nvfp4_quantize_dual_device(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
+// The same for BF16 input (raw bits; BF16 -> float32 is exact).
+void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
+
+// Host convenience (tests): codes, scale codes and global scales of both quantizations.
+struct DualHostResult {
+  std::vector<std::uint8_t> row_codes, row_scales, col_codes, col_scales;
+  GlobalScale row_global{}, col_global{};
+};
+DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec);
+
+// Benchmark: rows x cols BF16 (or float32) input on the device, best of `repeat` (CUDA events),
+// both passes; bytes counted = input once + both codes and scales.
+struct DualBench {
+  double seconds = 0, amax_seconds = 0, counted_bytes = 0;
+};
+DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat);
+
+}  // namespace fp4d::cuda
