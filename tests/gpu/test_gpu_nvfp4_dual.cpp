@@ -2,7 +2,7 @@
 // bit: quantize_cpu(x, rowwise spec) and quantize_cpu(x, columnwise spec), codes, scale codes
 // and both global scales (the columnwise one from the RHT output's amax), for RNE, RZ, exact and
 // 8-bit SR (separate Philox streams per direction), TE and legacy scale rules, BF16 RHT output,
-// random signs, widths that are and are not multiples of the 32-column warp tile, and inputs
+// random signs, widths that are and are not multiples of the 64-column warp tile, and inputs
 // with zero rows, Inf and NaN.
 #include <limits>
 

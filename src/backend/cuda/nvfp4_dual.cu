@@ -1,13 +1,13 @@
 // Rowwise + columnwise (+ RHT) NVFP4 quantization in one pass (see nvfp4_dual.hpp).
 //
-// Work unit: one warp per 16-row x 32-column tile.
-//  phase A  lane = column: 16 coalesced loads down the column (row r0 + i at every lane is one
-//           128-byte row segment); the values go to shared memory; the lane applies the RHT to
-//           its column (signs, fast Walsh-Hadamard butterflies, x 1/4, optional BF16 - rht.hpp's
-//           order) and quantizes it as one columnwise 1x16 block (8 code bytes in the transposed
-//           output, one scale byte).
-//  phase B  lane = (row i = lane / 2, half = lane % 2): the 16 values of one rowwise 1x16 block
-//           from shared memory, quantized with the rowwise global scale.
+// Work unit: one warp per 16-row x 64-column tile.
+//  phase A  lane = two adjacent columns: 16 loads of a pair down the columns (row r0 + i at all
+//           lanes is one 128-byte (BF16) or 256-byte (float) segment); the values go to shared
+//           memory; the lane applies the RHT to each column (signs, fast Walsh-Hadamard
+//           butterflies, x 1/4, optional BF16 - rht.hpp's order) and quantizes each as one
+//           columnwise 1x16 block (8 code bytes in the transposed output, one scale byte).
+//  phase B  64 rowwise 1x16 blocks per tile, two per lane, read from shared memory and
+//           quantized with the rowwise global scale.
 // Every rounding decision is the shared FP4D_HD code of the CPU backend (--fmad=false), with the
 // element's index in its stored orientation as the Philox counter, so the bits agree.
 // The amax kernel walks the same tiles (phase A only) and reduces |x| and |RHT(x)| as unsigned
@@ -30,14 +30,21 @@ namespace fp4d::cuda {
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 32;
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
-__device__ __forceinline__ float load_f32(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float load_f32(const std::uint16_t* p) { return bf16_to_float(__ldg(p)); }
+// Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
+__device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
+  const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+  *a = v.x, *b = v.y;
+}
+__device__ __forceinline__ void load_pair(const std::uint16_t* p, float* a, float* b) {
+  const std::uint32_t v = __ldg(reinterpret_cast<const unsigned int*>(p));
+  *a = bits_float(v << 16), *b = bits_float(v & 0xffff0000u);  // BF16 -> float32, exact
+}
 
 __device__ __forceinline__ std::uint32_t amax_key(float x) {
   const std::uint32_t a = float_bits(x) & 0x7fffffffu;
@@ -71,7 +78,10 @@ __device__ __forceinline__ void rht16(float* v, const DualSpec& s) {
   }
 }
 
-// One 1x16 block, as the CPU reference: block amax (NaN ignored), E4M3 scale, codes.
+// One 1x16 block, as the CPU reference: block amax (NaN ignored), E4M3 scale, codes. index0
+// (the first element's index in the stored orientation) is a multiple of 16, so the block's
+// SR words are the four Philox blocks index0/4 .. index0/4 + 3: drawn once per 4 elements
+// (philox_word would recompute a block per element) and passed to e2m1_sr as e2m1_round does.
 __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalScale g, bool legacy, const RoundingSpec& r,
                                                        std::uint64_t index0, std::uint8_t* codes8) {
   float amax = 0.0f;
@@ -80,11 +90,26 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, legacy);
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
   std::uint32_t w[2] = {0, 0};
+  if (r.mode == Rounding::Stochastic) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    bool clip;
-    const std::uint8_t q = e2m1_round(clamp_e2m1_range(v[i] * e_b, &clip), r, index0 + static_cast<std::uint64_t>(i));
-    w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const Philox4x32 words = philox_block(r.rng, (index0 >> 2) + static_cast<std::uint64_t>(q4));
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = 4 * q4 + k;
+        bool clip;
+        const std::uint8_t q = e2m1_sr(clamp_e2m1_range(v[i] * e_b, &clip), words.v[k], r.sr_bits, r.rng,
+                                       index0 + static_cast<std::uint64_t>(i));
+        w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      bool clip;
+      const std::uint8_t q = e2m1_round(clamp_e2m1_range(v[i] * e_b, &clip), r, index0 + static_cast<std::uint64_t>(i));
+      w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
+    }
   }
   *reinterpret_cast<uint2*>(codes8) = make_uint2(w[0], w[1]);
   return s;
@@ -95,19 +120,22 @@ __global__ void __launch_bounds__(kThreads) dual_amax_kernel(const T* __restrict
                                                              DualSpec spec, std::uint32_t* keys) {
   Tile t;
   if (!tile_of_warp(rows, cols, &t)) return;  // whole warps leave together
-  const std::int64_t c = t.c0 + t.lane;
+  const std::int64_t c = t.c0 + 2 * t.lane;
   std::uint32_t kr = 0, kc = 0;
   if (c < cols) {
-    float v[16];
+    float v[2][16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      v[i] = load_f32(x + (t.r0 + i) * cols + c);
-      kr = max(kr, amax_key(v[i]));
+      load_pair(x + (t.r0 + i) * cols + c, &v[0][i], &v[1][i]);
+      kr = max(kr, max(amax_key(v[0][i]), amax_key(v[1][i])));
     }
     if (spec.col_rht) {
-      rht16(v, spec);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) kc = max(kc, amax_key(v[i]));
+      for (int j = 0; j < 2; ++j) {
+        rht16(v[j], spec);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) kc = max(kc, amax_key(v[j][i]));
+      }
     } else {
       kc = kr;
     }
@@ -128,31 +156,38 @@ __global__ void __launch_bounds__(kThreads) dual_quantize_kernel(const T* __rest
   if (blockIdx.x == 0 && threadIdx.x == 0) out.globals[0] = gr, out.globals[1] = gc;
   Tile t;
   if (!tile_of_warp(rows, cols, &t)) return;
-  // Phase A: the lane's column.
-  const std::int64_t c = t.c0 + t.lane;
+  // Phase A: the lane's two columns.
+  const std::int64_t c = t.c0 + 2 * t.lane;
   if (c < cols) {
-    float v[16];
+    float v[2][16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      v[i] = load_f32(x + (t.r0 + i) * cols + c);
-      tile[t.warp][i][t.lane] = v[i];
+      load_pair(x + (t.r0 + i) * cols + c, &v[0][i], &v[1][i]);
+      tile[t.warp][i][2 * t.lane] = v[0][i];
+      tile[t.warp][i][2 * t.lane + 1] = v[1][i];
     }
-    if (spec.col_rht) rht16(v, spec);
-    const std::int64_t base = c * rows + t.r0;  // index in the transposed (stored) orientation
-    out.col_scales[base / 16] = quantize_block(v, gc, spec.legacy, spec.col_rounding, static_cast<std::uint64_t>(base),
-                                               out.col_codes + base / 2);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (spec.col_rht) rht16(v[j], spec);
+      const std::int64_t base = (c + j) * rows + t.r0;  // index in the transposed (stored) orientation
+      out.col_scales[base / 16] = quantize_block(v[j], gc, spec.legacy, spec.col_rounding,
+                                                 static_cast<std::uint64_t>(base), out.col_codes + base / 2);
+    }
   }
   __syncwarp();
-  // Phase B: one rowwise block per lane.
-  const int i = t.lane >> 1, half = t.lane & 1;
-  const std::int64_t cb = t.c0 + 16 * half, r = t.r0 + i;
-  if (cb < cols) {
-    float v[16];
+  // Phase B: two rowwise blocks per lane (16 rows x 4 blocks per tile).
 #pragma unroll
-    for (int k = 0; k < 16; ++k) v[k] = tile[t.warp][i][16 * half + k];
-    const std::int64_t base = r * cols + cb;
-    out.row_scales[base / 16] = quantize_block(v, gr, spec.legacy, spec.row_rounding, static_cast<std::uint64_t>(base),
-                                               out.row_codes + base / 2);
+  for (int k = 0; k < 2; ++k) {
+    const int b = t.lane + 32 * k, i = b >> 2, blk = b & 3;
+    const std::int64_t cb = t.c0 + 16 * blk, r = t.r0 + i;
+    if (cb < cols) {
+      float v[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) v[e] = tile[t.warp][i][16 * blk + e];
+      const std::int64_t base = r * cols + cb;
+      out.row_scales[base / 16] = quantize_block(v, gr, spec.legacy, spec.row_rounding, static_cast<std::uint64_t>(base),
+                                                 out.row_codes + base / 2);
+    }
   }
 }
 
