@@ -1,5 +1,5 @@
 """fp4drift_analysis: read fp4drift HDF5 traces and turn them into plots and verdicts."""
 
-from .traces import SchemaError, load_quantize
+from .traces import SchemaError, load_quantize, load_run
 
-__all__ = ["SchemaError", "load_quantize"]
+__all__ = ["SchemaError", "load_quantize", "load_run"]

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .traces import load_quantize  # noqa: E402
+from .traces import load_quantize, load_run  # noqa: E402
 
 
 def plot_quantize(path: str, out: str) -> None:
@@ -33,6 +33,35 @@ def plot_quantize(path: str, out: str) -> None:
     ax1.grid(axis="x", alpha=0.3)
     source = r.attrs.get("source", "")
     fig.suptitle(f"fp4drift quantize: {source}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+
+
+def plot_runs(paths: list[str], out: str) -> None:
+    """Relative error |s_n - exact| / |exact| against n on log-log axes, one line per trace:
+    run 0 for RNE/RZ; for SR the RMS over the runs (solid), |mean| (dotted) and the bound
+    sqrt(sum step^2 / 4) (dashed), all relative to |exact|."""
+    def positive(v: np.ndarray) -> np.ndarray:  # exact points (error 0) have no place on a log axis
+        return np.where(v > 0, v, np.nan)
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, path in enumerate(paths):
+        r = load_run(path)
+        color = f"C{i}"
+        scale = np.where(r.exact != 0, np.abs(r.exact), 1.0)
+        if r.options.get("rounding") == "sr" and r.error.shape[1] > 1:
+            ax.loglog(r.n, positive(r.rms_error / scale), color=color, label=f"{r.label}: RMS over {r.error.shape[1]} runs")
+            ax.loglog(r.n, positive(np.abs(r.mean_error) / scale), color=color, ls=":", label="  |mean error|")
+            ax.loglog(r.n, positive(np.sqrt(r.sr_half_step_sq) / scale), color=color, ls="--", lw=0.8,
+                      label="  sqrt(sum step^2/4)")
+        else:
+            ax.loglog(r.n, positive(np.abs(r.error[:, 0]) / scale), color=color, label=r.label)
+    ax.set_xlabel("n (terms)")
+    ax.set_ylabel("relative error |s_n - exact| / |exact|")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("fp4drift run: recursive sums", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     plt.close(fig)

@@ -24,9 +24,13 @@ void OutputFile::complete(const std::vector<std::string>& recipe_order) {
   if (!enabled()) return;
   std::string order;
   for (const std::string& n : recipe_order) order += (order.empty() ? "" : ",") + n;
-  h5::Group r = file_->root();
-  r.require_group("recipes").set_attr("order", order);
-  r.set_attr("status", std::string("complete"));
+  file_->root().require_group("recipes").set_attr("order", order);
+  complete();
+}
+
+void OutputFile::complete() {
+  if (!enabled()) return;
+  file_->root().set_attr("status", std::string("complete"));
   file_->close();
   out_->commit();
 }

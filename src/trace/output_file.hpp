@@ -21,6 +21,8 @@ class OutputFile {
   // Records the run order of the /recipes subgroups, sets status "complete", closes the
   // file and gives it its final name.
   void complete(const std::vector<std::string>& recipe_order);
+  // The same without a /recipes group (runs, sweeps).
+  void complete();
 
  private:
   std::optional<h5::AtomicOutput> out_;

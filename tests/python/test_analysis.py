@@ -74,3 +74,48 @@ def test_cli_entry_point_reports_errors(tmp_path: Path) -> None:
                         "--out", str(tmp_path / "x.png")], capture_output=True, text=True, env=env)
     assert r.returncode == 2
     assert "nope.h5" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def run_traces(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("runs")
+    configs = Path(__file__).resolve().parents[2] / "data" / "configs"
+    out = []
+    for name in ("sum-fp16-rn", "sum-fp16-sr"):
+        path = d / f"{name}.h5"
+        subprocess.run([EXE, "run", str(configs / f"{name}.toml"), "--steps", "4096", "--out", str(path)],
+                       check=True, capture_output=True)
+        out.append(path)
+    return out[0], out[1]
+
+
+def test_load_run_gives_the_stagnation_theory_predicts(run_traces) -> None:
+    from fp4drift_analysis import load_run
+
+    rn, sr = load_run(str(run_traces[0])), load_run(str(run_traces[1]))
+    assert rn.options["format"] == "fp16" and int(rn.options["precision_bits"]) == 11
+    # n ones in FP16 under RNE: exact up to 2^11, then stuck at 2048 (2048 + 1 ties to even).
+    np.testing.assert_array_equal(rn.computed[:, 0], np.minimum(rn.n, 2048).astype(float))
+    assert rn.first_stagnation.tolist() == [2049]
+    # SR over 64 runs: the configured run count, and no stagnation-sized error: at n = 4096 the
+    # RN error is 2048, while SR's RMS is bounded by sqrt(sum step^2/4) (each step past 2048 is 2).
+    assert sr.computed.shape == (len(sr.n), 64)
+    last = -1
+    # E[error^2] <= E[sum step^2/4]; over 64 runs the sample mean square has a relative spread of
+    # about sqrt(2/64) = 0.18 (near-Gaussian errors), so 1.5^2 = 2.25 is a > 6-sigma allowance.
+    assert sr.rms_error[last] <= np.sqrt(sr.sr_half_step_sq[last]) * 1.5
+    assert np.sqrt(sr.sr_half_step_sq[last]) < 0.1 * abs(rn.error[last, 0])
+    assert rn.attrs["config"].startswith("# Recursive sum")
+
+
+def test_plot_run_compares_traces(run_traces, tmp_path: Path) -> None:
+    out = tmp_path / "runs.png"
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(run_traces[0]), str(run_traces[1]),
+                        "--out", str(out)], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[2] / "analysis")
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(tmp_path / "missing.h5"),
+                          "--out", str(out)], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2] / "analysis")
+    assert bad.returncode == 2 and "error" in bad.stderr

@@ -240,3 +240,94 @@ TEST_CASE("gemm: composable nvfp4 recipe names switch the techniques off") {
   CHECK(root.open_group("recipes/nvfp4").get_attr_double("total_rel_frobenius") != plain);
   CHECK(run("gemm --recipe nvfp4-no-sr-no-sr").status == 2);  // a modifier twice is refused
 }
+
+namespace {
+std::string write_text(const TempDir& d, const std::string& name, const std::string& text) {
+  const std::string p = d.file(name);
+  std::ofstream(p) << text;
+  return p;
+}
+const char* kStagnatingSum = "workload = \"sum\"\n[sum]\nterms = \"constant\"\nn = 5000\nformat = \"fp16\"\nrounding = \"rne\"\n";
+}  // namespace
+
+TEST_CASE("run: a sum config writes a complete trace whose values theory predicts") {
+  TempDir d;
+  const std::string cfg = write_text(d, "s.toml", kStagnatingSum), out = d.file("s.h5");
+  const Result r = run("run " + cfg + " --out " + out);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  fp4d::h5::Group root = f.root();
+  CHECK(root.get_attr_string("schema") == "fp4drift.run");
+  CHECK(root.get_attr_string("status") == "complete");
+  CHECK(root.get_attr_string("workload") == "sum");
+  CHECK(root.get_attr_string("config") == kStagnatingSum);  // verbatim, for provenance
+  fp4d::h5::Dims dims;
+  const std::vector<std::int64_t> n = root.read<std::int64_t>("sum_dot/n");
+  const std::vector<double> computed = root.read<double>("sum_dot/computed", &dims);
+  REQUIRE(dims.size() == 2);
+  REQUIRE(dims[1] == 1);
+  REQUIRE(n.size() == computed.size());
+  // FP16 has 11 significand bits: ones sum exactly up to 2^11 = 2048, then 2048 + 1 ties to
+  // the even 2048 and the sum stays there.
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    INFO("n = " << n[i]);
+    CHECK(computed[i] == static_cast<double>(std::min<std::int64_t>(n[i], 2048)));
+  }
+  CHECK(n.back() == 5000);
+  CHECK(root.read<std::int64_t>("sum_dot/first_stagnation") == std::vector<std::int64_t>{2049});
+}
+
+TEST_CASE("run: --steps overrides the length; --json prints the points") {
+  TempDir d;
+  const std::string cfg = write_text(d, "s.toml", kStagnatingSum);
+  const Result r = run("run " + cfg + " --steps 100 --json");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("\"n\":100,") != std::string::npos);
+  CHECK(r.out.find("\"n\":128") == std::string::npos);
+}
+
+TEST_CASE("run: bad configs and options are refused with one line naming the problem, no output") {
+  TempDir d;
+  const std::string out = d.file("o.h5");
+  const std::pair<std::string, std::string> cases[] = {
+      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformt = \"fp16\"\n", "unknown config key 'sum.formt'"},
+      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constnt\"\n", "unknown term kind 'constnt'"},
+      {"workload = \"sum\"\n[sum]\nn = 0\nterms = \"constant\"\n", "'sum.n': must be in [1, 2^34]"},
+      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformat = \"fp64\"\n", "sum.format"},
+      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nruns = 4\n", "only makes sense with rounding = \"sr\""},
+      {"workload = \"sum\"\n[sum]\nn = \"ten\"\nterms = \"constant\"\n", "'sum.n' must be an integer, got a string"},
+      {"workload = \"mlp\"\n", "not implemented yet"},
+      {"workload = \"sums\"\n", "must be sum or dot"},
+      {"[sum]\nn = 1\n", "missing key 'workload'"},
+  };
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    const Result r = run("run " + write_text(d, "bad.toml", text) + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(want) != std::string::npos);
+    require_no_output(out);
+  }
+  const std::string good = write_text(d, "good.toml", kStagnatingSum);
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"run " + d.file("missing.toml"), "does not exist"},
+           {"run " + good + " --backend cuda", "runs on the CPU only"},
+           {"run " + good + " --resume", "nothing to resume"},
+           {"run " + good + " --backend tpu", "--backend must be cpu or cuda"}}) {
+    INFO(args);
+    const Result r = run(args + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(want) != std::string::npos);
+    require_no_output(out);
+  }
+}
+
+TEST_CASE("run: every shipped config in data/configs parses and runs (short)") {
+  for (const auto& e : fs::directory_iterator(FP4DRIFT_SOURCE_DIR "/data/configs")) {
+    if (e.path().extension() != ".toml") continue;
+    INFO(e.path().string());
+    const Result r = run("run " + e.path().string() + " --steps 64 --json");
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+  }
+}

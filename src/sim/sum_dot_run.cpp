@@ -1,0 +1,117 @@
+#include "sim/sum_dot_run.hpp"
+
+#include <cmath>
+
+namespace fp4d {
+
+namespace {
+
+const std::vector<std::string> kTermKinds{"uniform", "normal", "constant", "harmonic", "alternating",
+                                          "alternating-harmonic"};
+
+TermSpec term_spec(Config& cfg, const std::string& kind_key, const std::string& c_key, const std::string& kind_def,
+                   double c_def, std::uint64_t seed, bool float32) {
+  TermSpec t;
+  t.kind = kind_def.empty() ? cfg.get_string(kind_key) : cfg.get_string(kind_key, kind_def);
+  bool known = false;
+  for (const std::string& k : kTermKinds) known = known || k == t.kind;
+  std::string list;
+  for (const std::string& k : kTermKinds) list += (list.empty() ? "" : ", ") + k;
+  cfg.require(known, kind_key, "unknown term kind '" + t.kind + "' (known: " + list + ")");
+  t.c = cfg.get_double(c_key, c_def);
+  cfg.require(std::isfinite(t.c) && t.c != 0.0, c_key, "must be finite and non-zero");
+  t.seed = seed;
+  t.float32 = float32;
+  return t;
+}
+
+}  // namespace
+
+SumDotRun parse_sum_dot_run(Config& cfg, const std::string& workload, std::int64_t steps) {
+  SumDotRun r;
+  r.dot = workload == "dot";
+  const std::string s = workload + ".";
+  r.n = cfg.get_int(s + "n");
+  if (steps > 0) r.n = steps;
+  cfg.require(r.n >= 1 && r.n <= (std::int64_t{1} << 34), s + "n", "must be in [1, 2^34]");
+  const auto seed = cfg.get_int(s + "seed", 1);
+  cfg.require(seed >= 0, s + "seed", "must be >= 0");
+  const bool f32 = cfg.get_bool(s + "float32_terms", true);
+  r.a = term_spec(cfg, s + "terms", s + "c", "", 1.0, static_cast<std::uint64_t>(seed), f32);
+
+  r.format_name = cfg.get_string(s + "format", "fp32");
+  cfg.require(r.format_name != "ue8m0", s + "format", "ue8m0 has no sign or zero: not an accumulator");
+  try {
+    r.options.format = format_by_name(r.format_name);
+  } catch (const std::exception& e) {
+    cfg.require(false, s + "format", e.what());
+  }
+  cfg.require(r.options.format.precision <= 53, s + "format", "accumulators wider than double are not supported");
+  r.rounding_name = cfg.get_string(s + "rounding", "rne");
+  if (r.rounding_name == "rne") r.options.rounding.mode = Rounding::NearestEven;
+  else if (r.rounding_name == "rz") r.options.rounding.mode = Rounding::TowardZero;
+  else if (r.rounding_name == "sr") r.options.rounding.mode = Rounding::Stochastic;
+  else cfg.require(false, s + "rounding", "must be rne, rz or sr (got '" + r.rounding_name + "')");
+  const auto sr_bits = cfg.get_int(s + "sr_bits", 0);
+  cfg.require(sr_bits >= 0 && sr_bits <= 32, s + "sr_bits", "must be in [0, 32] (0 = exact SR)");
+  r.options.rounding.sr_bits = static_cast<int>(sr_bits);
+  r.options.rounding.rng = RngStream{static_cast<std::uint64_t>(seed), 0x53554d0000000000ull};  // "SUM"
+  const auto runs = cfg.get_int(s + "runs", 1);
+  cfg.require(runs >= 1 && runs <= 100000, s + "runs", "must be in [1, 100000]");
+  cfg.require(runs == 1 || r.options.rounding.mode == Rounding::Stochastic, s + "runs",
+              "more than one run only makes sense with rounding = \"sr\" (RNE/RZ runs are identical)");
+  r.options.runs = static_cast<int>(runs);
+  if (r.dot) {
+    r.options.round_products = cfg.get_bool(s + "round_products", true);
+    r.b = term_spec(cfg, s + "b_terms", s + "b_c", r.a.kind, r.a.c, static_cast<std::uint64_t>(seed), f32);
+  }
+  return r;
+}
+
+SumDotResult run_sum_dot(const SumDotRun& run) {
+  const std::vector<double> a = make_terms(run.a, run.n, 0);
+  if (!run.dot) return sum_dot(run.options, a);
+  const std::vector<double> b = make_terms(run.b, run.n, 1);
+  return sum_dot(run.options, a, b);
+}
+
+void write_sum_dot(h5::Group root, const SumDotRun& run, const SumDotResult& r) {
+  h5::Group g = root.create_group("sum_dot");
+  g.set_attr("operation", std::string(run.dot ? "dot" : "sum"));
+  g.set_attr("terms", run.a.kind);
+  g.set_attr("c", run.a.c);
+  if (run.dot) {
+    g.set_attr("b_terms", run.b.kind);
+    g.set_attr("b_c", run.b.c);
+    g.set_attr("round_products", run.options.round_products);
+  }
+  g.set_attr("n_terms", run.n);
+  g.set_attr("format", run.format_name);
+  g.set_attr("precision_bits", static_cast<std::int64_t>(run.options.format.precision));
+  g.set_attr("rounding", run.rounding_name);
+  g.set_attr("sr_bits", static_cast<std::int64_t>(run.options.rounding.sr_bits));
+  g.set_attr("seed", static_cast<std::uint64_t>(run.a.seed));
+  g.set_attr("runs", static_cast<std::int64_t>(run.options.runs));
+  g.set_attr("float32_terms", run.a.float32);
+  const std::size_t P = r.points.size(), R = static_cast<std::size_t>(run.options.runs);
+  std::vector<std::int64_t> n(P);
+  std::vector<double> exact(P), mean(P), rms(P), var(P), half(P), computed(P * R), error(P * R);
+  for (std::size_t i = 0; i < P; ++i) {
+    const SumDotPoint& p = r.points[i];
+    n[i] = p.n, exact[i] = p.exact, mean[i] = p.mean_error, rms[i] = p.rms_error;
+    var[i] = p.sr_variance, half[i] = p.sr_half_step_sq;
+    for (std::size_t k = 0; k < R; ++k) computed[i * R + k] = p.computed[k], error[i * R + k] = p.error[k];
+  }
+  const h5::Dims d1{static_cast<std::uint64_t>(P)}, d2{static_cast<std::uint64_t>(P), static_cast<std::uint64_t>(R)};
+  g.write("n", n, d1);
+  g.write("exact", exact, d1);
+  g.write("computed", computed, d2);
+  g.write("error", error, d2);
+  g.write("mean_error", mean, d1);
+  g.write("rms_error", rms, d1);
+  g.write("sr_variance", var, d1);
+  g.write("sr_half_step_sq", half, d1);
+  g.write("first_stagnation", r.first_stagnation, h5::Dims{static_cast<std::uint64_t>(r.first_stagnation.size())});
+}
+
+}  // namespace fp4d
