@@ -16,6 +16,11 @@
 using namespace fp4d;
 using namespace fp4d_test;
 
+namespace fp4d::cuda {
+// nvfp4_dual.cu's test hook: mismatches of its branch-free SR conversion against e2m1_sr.
+std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad);
+}  // namespace fp4d::cuda
+
 namespace {
 
 Matrix input(std::int64_t rows, std::int64_t cols, bool nonfinite) {
@@ -73,6 +78,17 @@ TEST_CASE("Dual NVFP4: legacy rule, BF16 RHT output and random signs") {
   col.rounding.sr_bits = 8;
   col.rounding.rng = RngStream{5, 6};
   compare(x, row, col);
+}
+
+TEST_CASE("Dual NVFP4: the kernel's fast SR conversion equals e2m1_sr on all 2^32 inputs") {
+  // Per input: a random word, the tie word floor(f * 2^32), its neighbours, 0 and ~0; exact SR
+  // (the tie goes to e2m1_sr's 128-bit tie break) and k-bit SR.
+  for (const int sr_bits : {kSrExact, 8, 1, 31, 32}) {
+    std::uint32_t first_bad = 0;
+    const std::uint64_t bad = cuda::dual_sr_fast_exhaustive_check(sr_bits, &first_bad);
+    INFO("sr_bits " << sr_bits << ", first mismatching input bits 0x" << std::hex << first_bad);
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("Dual NVFP4 refuses what it does not compute") {

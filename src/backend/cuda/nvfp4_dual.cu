@@ -10,8 +10,9 @@
 //           quantized with the rowwise global scale.
 // Every rounding decision is the shared FP4D_HD code of the CPU backend (--fmad=false), with the
 // element's index in its stored orientation as the Philox counter, so the bits agree.
-// The amax kernel walks the same tiles (phase A only) and reduces |x| and |RHT(x)| as unsigned
-// keys (NaN -> 0; exact in any order).
+// The amax kernel walks the same tiles (phase A only, grid-stride, one resident wave of blocks)
+// and reduces |x| and |RHT(x)| as unsigned keys (NaN -> 0; exact in any order), one atomicMax
+// per key per block.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +32,10 @@ namespace fp4d::cuda {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
+// The quantize kernel at 3 blocks (24 warps) per SM: 80 registers, no spills (H200, 8192^2 BF16:
+// RNE 0.246 -> 0.224 ms, RHT+SR 0.577 -> 0.542 ms against the unbounded 86 registers / 2 blocks;
+// 4 blocks spills and was slower for RNE).
+constexpr int kQuantizeMinBlocks = 3;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
@@ -78,57 +83,96 @@ __device__ __forceinline__ void rht16(float* v, const DualSpec& s) {
   }
 }
 
-// One 1x16 block, as the CPU reference: block amax (NaN ignored), E4M3 scale, codes. index0
-// (the first element's index in the stored orientation) is a multiple of 16, so the block's
-// SR words are the four Philox blocks index0/4 .. index0/4 + 3: drawn once per 4 elements
-// (philox_word would recompute a block per element) and passed to e2m1_sr as e2m1_round does.
+// e2m1_sr(y, w, r.sr_bits, r.rng, index) without the clamp (e2m1_sr saturates every |y| >= 6,
+// Inf included, to 7 with y's sign, as the clamp to +-6 followed by e2m1_sr does; NaN -> 7 both
+// ways) and, except on an exact-SR tie, without float conversions: the lower neighbour code c
+// and floor(f * 2^32) (f the fraction toward the upper neighbour, sr_fraction_floor32's value)
+// come from the bits of |y|:
+//  |y| >= 1   (grid = one mantissa bit):  c = (bits >> 22) - 252, f * 2^32 = bits << 10 (the
+//             low 22 mantissa bits; exact, so f * 2^32 has no remainder and a tie rounds down);
+//  |y| < 1    (spacing 0.5): c = (|y| >= 0.5), f * 2^32 = (|y| * 2^33) mod 2^32 = the 24-bit
+//             significand m shifted by E - 117 (E the biased exponent; left shifts wrap the
+//             code's bit away, right shifts truncate: that is the floor).
+// Where exact SR's first word ties (w == floor(f * 2^32)) e2m1_sr itself decides (probability
+// 2^-32). Checked equal to e2m1_sr for all 2^32 y, with random w, tie w and tie w +- 1, exact and
+// k-bit SR, by dual_sr_fast_exhaustive_check (tests/gpu/test_gpu_nvfp4_dual.cpp).
+__device__ __noinline__ std::uint32_t e2m1_sr_tie(float y, std::uint32_t w, RoundingSpec r, std::uint64_t index) {
+  return e2m1_sr(y, w, r.sr_bits, r.rng, index);
+}
+__device__ __forceinline__ std::uint32_t e2m1_sr_fast(float y, std::uint32_t w, const RoundingSpec& r, int drop,
+                                                      std::uint64_t index) {
+  const std::uint32_t u = float_bits(y), ab = u & 0x7fffffffu, e = ab >> 23;
+  const std::uint32_t m = (ab & 0x7fffffu) | (e != 0u ? 0x800000u : 0u);
+  const std::uint32_t low = e >= 117u ? m << (e - 117u) : m >> min(117u - e, 31u);
+  const bool ge1 = ab >= 0x3f800000u;
+  const std::uint32_t f32 = ge1 ? ab << 10 : low;
+  const std::uint32_t c = ge1 ? (ab >> 22) - 252u : static_cast<std::uint32_t>(ab >= 0x3f000000u);
+  if (r.sr_bits == kSrExact && w == f32) return e2m1_sr_tie(y, w, r, index);
+  const std::uint32_t up = static_cast<std::uint32_t>((w >> drop) < (f32 >> drop));
+  const std::uint32_t mag = ab >= 0x40c00000u ? 7u : c + up;  // |y| >= 6, Inf or NaN: 7
+  const std::uint32_t sign = ab > 0x7f800000u ? 0u : (u >> 28) & 8u;
+  return mag | sign;
+}
+
+// One 1x16 block, as the CPU reference: block amax (NaN ignored: fmaxf returns the non-NaN
+// operand, the values are >= +0, so this is max_ignore_nan), E4M3 scale, codes. No clamp before
+// the conversions: e2m1_rne / e2m1_rz saturate exactly as the clamp does (all 2^32 inputs,
+// long.formats), e2m1_sr_fast as said above. index0 (the first element's index in the stored
+// orientation) is a multiple of 16, so the block's SR words are the four Philox blocks
+// index0/4 .. index0/4 + 3: drawn once per 4 elements.
 __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalScale g, bool legacy, const RoundingSpec& r,
                                                        std::uint64_t index0, std::uint8_t* codes8) {
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) amax = max_ignore_nan(amax, abs_f32(v[i]));
+  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, legacy);
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
   std::uint32_t w[2] = {0, 0};
   if (r.mode == Rounding::Stochastic) {
+    const int drop = r.sr_bits == kSrExact ? 0 : 32 - r.sr_bits;
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
       const Philox4x32 words = philox_block(r.rng, (index0 >> 2) + static_cast<std::uint64_t>(q4));
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int i = 4 * q4 + k;
-        bool clip;
-        const std::uint8_t q = e2m1_sr(clamp_e2m1_range(v[i] * e_b, &clip), words.v[k], r.sr_bits, r.rng,
-                                       index0 + static_cast<std::uint64_t>(i));
-        w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
+        const std::uint32_t q = e2m1_sr_fast(v[i] * e_b, words.v[k], r, drop, index0 + static_cast<std::uint64_t>(i));
+        w[i >> 3] |= q << (4 * (i & 7));
       }
     }
+  } else if (r.mode == Rounding::TowardZero) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i >> 3] |= static_cast<std::uint32_t>(e2m1_rz(v[i] * e_b)) << (4 * (i & 7));
   } else {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      bool clip;
-      const std::uint8_t q = e2m1_round(clamp_e2m1_range(v[i] * e_b, &clip), r, index0 + static_cast<std::uint64_t>(i));
-      w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
-    }
+    for (int i = 0; i < 16; ++i) w[i >> 3] |= static_cast<std::uint32_t>(e2m1_rne(v[i] * e_b)) << (4 * (i & 7));
   }
   *reinterpret_cast<uint2*>(codes8) = make_uint2(w[0], w[1]);
   return s;
 }
 
+// Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one
+// atomicMax per key per block (one per warp and tile made the same-address atomics the
+// bottleneck of this pass).
 template <class T>
 __global__ void __launch_bounds__(kThreads) dual_amax_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols,
                                                              DualSpec spec, std::uint32_t* keys) {
-  Tile t;
-  if (!tile_of_warp(rows, cols, &t)) return;  // whole warps leave together
-  const std::int64_t c = t.c0 + 2 * t.lane;
+  __shared__ std::uint32_t part[2][kWarps];
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t tiles_per_row = (cols + kTileCols - 1) / kTileCols, tiles = (rows / kTileRows) * tiles_per_row;
   std::uint32_t kr = 0, kc = 0;
-  if (c < cols) {
+  for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; tile < tiles;
+       tile += static_cast<std::int64_t>(gridDim.x) * kWarps) {
+    const std::int64_t r0 = (tile / tiles_per_row) * kTileRows, c = (tile % tiles_per_row) * kTileCols + 2 * lane;
+    if (c >= cols) continue;
     float v[2][16];
+    std::uint32_t k = 0;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      load_pair(x + (t.r0 + i) * cols + c, &v[0][i], &v[1][i]);
-      kr = max(kr, max(amax_key(v[0][i]), amax_key(v[1][i])));
+      load_pair(x + (r0 + i) * cols + c, &v[0][i], &v[1][i]);
+      k = max(k, max(amax_key(v[0][i]), amax_key(v[1][i])));
     }
+    kr = max(kr, k);
     if (spec.col_rht) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -136,21 +180,25 @@ __global__ void __launch_bounds__(kThreads) dual_amax_kernel(const T* __restrict
 #pragma unroll
         for (int i = 0; i < 16; ++i) kc = max(kc, amax_key(v[j][i]));
       }
-    } else {
-      kc = kr;
     }
   }
+  if (!spec.col_rht) kc = kr;
   kr = __reduce_max_sync(0xffffffffu, kr);
   kc = __reduce_max_sync(0xffffffffu, kc);
-  if (t.lane == 0) {
-    if (kr) atomicMax(keys, kr);
-    if (kc) atomicMax(keys + 1, kc);
+  if (lane == 0) part[0][warp] = kr, part[1][warp] = kc;
+  __syncthreads();
+  if (threadIdx.x < 2) {
+    std::uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, part[threadIdx.x][w]);
+    if (m) atomicMax(keys + threadIdx.x, m);
   }
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols,
-                                                                 DualSpec spec, const std::uint32_t* keys, DualOutputs out) {
+__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks) dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows,
+                                                                            std::int64_t cols, DualSpec spec,
+                                                                            const std::uint32_t* keys, DualOutputs out) {
   __shared__ float tile[kWarps][kTileRows][kTileCols + 1];
   const GlobalScale gr = nvfp4_global_scale(bits_float(keys[0])), gc = nvfp4_global_scale(bits_float(keys[1]));
   if (blockIdx.x == 0 && threadIdx.x == 0) out.globals[0] = gr, out.globals[1] = gc;
@@ -197,6 +245,26 @@ void check_shape(std::int64_t rows, std::int64_t cols) {
                                 std::to_string(rows) + " x " + std::to_string(cols) + ")");
 }
 
+// The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends
+// with one atomicMax per key).
+template <class T>
+unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
+  const std::int64_t need = (tiles + kWarps - 1) / kWarps;
+  static int cached_device = -1, cached_resident = 0;
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev != cached_device) {
+    int sms = 0, per_sm = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dual_amax_kernel<T>, kThreads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    cached_resident = std::max(1, sms * std::max(1, per_sm));
+    cached_device = dev;
+  }
+  return static_cast<unsigned>(std::min<std::int64_t>(need, cached_resident));
+}
+
 template <class T>
 void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const DualOutputs& out,
             std::uint32_t* d_keys, void* stream) {
@@ -205,7 +273,7 @@ void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& 
   const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
   const auto blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
   check(cudaMemsetAsync(d_keys, 0, 2 * sizeof(std::uint32_t), st), "cudaMemsetAsync (amax keys)");
-  dual_amax_kernel<T><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, d_keys);
+  dual_amax_kernel<T><<<amax_blocks<T>(rows, cols), kThreads, 0, st>>>(d_x, rows, cols, spec, d_keys);
   check(cudaGetLastError(), "dual_amax_kernel launch");
   dual_quantize_kernel<T><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, d_keys, out);
   check(cudaGetLastError(), "dual_quantize_kernel launch");
@@ -227,7 +295,54 @@ std::uint32_t sign_mask(const RhtSpec& r) {
   return m;
 }
 
+// Every float32 y (as bits) against e2m1_sr: random w, the tie w = floor(f * 2^32) and its
+// neighbours, 0 and ~0. Counts mismatches; *first_bad gets the smallest mismatching bits.
+__global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::uint32_t* first_bad) {
+  RoundingSpec r;
+  r.mode = Rounding::Stochastic;
+  r.sr_bits = sr_bits;
+  r.rng = RngStream{0x0123456789abcdefull, 77};
+  const int drop = sr_bits == kSrExact ? 0 : 32 - sr_bits;
+  unsigned long long n_bad = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (1ull << 32); b += stride) {
+    const float y = bits_float(static_cast<std::uint32_t>(b));
+    float f = 0.0f, rem;
+    const float a = abs_f32(y);
+    if (a < kE2M1Max) (void)e2m1_floor_and_fraction(a, &f);
+    const std::uint32_t tie = sr_fraction_floor32(f, &rem);
+    std::uint32_t h = static_cast<std::uint32_t>(b) * 0x9E3779B1u;
+    h ^= h >> 15, h *= 0x85EBCA77u, h ^= h >> 13;
+    const std::uint32_t ws[6] = {h, tie, tie - 1u, tie + 1u, 0u, 0xffffffffu};
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+      const std::uint64_t index = b * 7u + static_cast<std::uint64_t>(k);
+      if (e2m1_sr_fast(y, ws[k], r, drop, index) != e2m1_sr(y, ws[k], sr_bits, r.rng, index)) {
+        ++n_bad;
+        atomicMin(first_bad, static_cast<std::uint32_t>(b));
+      }
+    }
+  }
+  if (n_bad) atomicAdd(bad, n_bad);
+}
+
 }  // namespace
+
+// Test hook (tests/gpu/test_gpu_nvfp4_dual.cpp declares it): mismatches of the device-local fast
+// SR conversion against e2m1_sr over all 2^32 float32 inputs for `sr_bits`.
+std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad) {
+  DeviceBuffer<unsigned long long> bad(1);
+  DeviceBuffer<std::uint32_t> first(1);
+  check(cudaMemset(bad.p, 0, sizeof(unsigned long long)), "cudaMemset");
+  check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
+  sr_fast_check_kernel<<<4096, 256>>>(sr_bits, bad.p, first.p);
+  check(cudaGetLastError(), "sr_fast_check_kernel launch");
+  check(cudaDeviceSynchronize(), "sr_fast_check_kernel");
+  unsigned long long n = 0;
+  check(cudaMemcpy(&n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return n;
+}
 
 DualSpec dual_spec(const QuantSpec& row, const QuantSpec& col) {
   const auto is_1x16 = [](const QuantSpec& s) {
@@ -329,11 +444,10 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   } else {
     r.seconds = time_best([&] { nvfp4_quantize_dual_device(xf.p, rows, cols, spec, out, keys.p); });
   }
-  const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
-  const auto blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
   r.amax_seconds = time_best([&] {
-    if (bf16_input) dual_amax_kernel<std::uint16_t><<<blocks, kThreads>>>(xb.p, rows, cols, spec, keys.p);
-    else dual_amax_kernel<float><<<blocks, kThreads>>>(xf.p, rows, cols, spec, keys.p);
+    if (bf16_input)
+      dual_amax_kernel<std::uint16_t><<<amax_blocks<std::uint16_t>(rows, cols), kThreads>>>(xb.p, rows, cols, spec, keys.p);
+    else dual_amax_kernel<float><<<amax_blocks<float>(rows, cols), kThreads>>>(xf.p, rows, cols, spec, keys.p);
   });
   cudaEventDestroy(a);
   cudaEventDestroy(b);
