@@ -670,6 +670,19 @@ std::vector<T> Dataset::read(Dims* dims) const {
   return out;
 }
 
+template <Element T>
+void Dataset::rewrite(const T* data, std::uint64_t n) {
+  silence();
+  check_open(*this, "cannot write dataset " + quote(path_));
+  const std::string what = what_();
+  const DatasetInfo inf = info();
+  const std::uint64_t have = product(inf.dims, "cannot write " + what);
+  if (n != have)
+    fail("cannot rewrite " + what + ": " + std::to_string(n) + " values for " + std::to_string(have) + " elements");
+  if (n > 0 && (data == nullptr || H5Dwrite(h_.get(), mem_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+    fail_h5("cannot rewrite " + what);
+}
+
 // ---- Group ----------------------------------------------------------------------------
 
 Group Group::create_group(const std::string& name) {
@@ -910,6 +923,17 @@ void Appendable<T>::append(const T* rows_data, std::uint64_t nrows) {
 }
 
 template <Element T>
+void Appendable<T>::truncate(std::uint64_t keep) {
+  silence();
+  check_open(*this, "cannot truncate dataset " + quote(path_));
+  const std::uint64_t have = rows();
+  if (keep > have) fail("cannot truncate " + what_() + " to " + std::to_string(keep) + " rows: it has " + std::to_string(have));
+  std::vector<hsize_t> dims{keep};
+  for (auto d : row_shape_) dims.push_back(d);
+  if (H5Dset_extent(h_.get(), dims.data()) < 0) fail_h5("cannot truncate " + what_());
+}
+
+template <Element T>
 void Appendable<T>::append(const std::vector<T>& data) {
   const std::uint64_t re = row_elements();
   if (data.size() % re != 0)
@@ -1065,6 +1089,7 @@ void AtomicOutput::commit() {
 
 #define FP4D_H5_INSTANTIATE(T)                                                                 \
   template std::vector<T> Dataset::read<T>(Dims*) const;                                       \
+  template void Dataset::rewrite<T>(const T*, std::uint64_t);                                  \
   template void Group::write<T>(const std::string&, const T*, const Dims&, const WriteOptions&); \
   template Appendable<T> Group::create_appendable<T>(const std::string&, Dims, std::uint64_t); \
   template Appendable<T> Group::open_appendable<T>(const std::string&);                        \

@@ -173,6 +173,14 @@ class Dataset : public Node {
   // (out-of-range values are clipped by HDF5). Otherwise Error.
   template <Element T>
   std::vector<T> read(Dims* dims = nullptr) const;
+  // Writes n values over the whole dataset in place (n must equal its element count): the
+  // same storage is reused, so rewriting a checkpoint does not grow the file.
+  template <Element T>
+  void rewrite(const T* data, std::uint64_t n);
+  template <Element T>
+  void rewrite(const std::vector<T>& data) {
+    rewrite(data.data(), data.size());
+  }
 
  protected:
   using Node::Node;
@@ -191,6 +199,9 @@ class Appendable : public Dataset {
   // data.size() must be a multiple of row_elements().
   void append(const std::vector<T>& data);
   std::uint64_t rows() const;
+  // Drops the rows from `rows` on (rows <= rows()): a resumed run discards what came after
+  // its checkpoint.
+  void truncate(std::uint64_t rows);
   const Dims& row_shape() const noexcept { return row_shape_; }
   std::uint64_t row_elements() const noexcept;
   void flush();  // flushes the whole file (H5Fflush)

@@ -284,6 +284,19 @@ std::vector<std::string> Config::get_strings(const std::string& key, const std::
   return out;
 }
 
+std::vector<std::int64_t> Config::get_ints(const std::string& key, const std::vector<std::int64_t>& def) {
+  known_.insert(key);
+  if (!has(key)) return def;
+  const Value& v = at(key);
+  std::vector<std::int64_t> out;
+  for (const Scalar& s : v.items) {
+    const auto* p = std::get_if<std::int64_t>(&s);
+    if (!p) throw ConfigError(where(key) + " must be an integer or an array of integers, got " + type_name(s));
+    out.push_back(*p);
+  }
+  return out;
+}
+
 void Config::finish() const {
   for (const auto& [key, v] : values_) {
     if (known_.count(key)) continue;

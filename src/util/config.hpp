@@ -54,6 +54,7 @@ class Config {
   double get_double(const std::string& key, double def);
   bool get_bool(const std::string& key, bool def);
   std::vector<std::string> get_strings(const std::string& key, const std::vector<std::string>& def);  // string or array
+  std::vector<std::int64_t> get_ints(const std::string& key, const std::vector<std::int64_t>& def);  // integer or array
   // Marks the keys given as known without reading them (sections handled elsewhere).
   void mark_known(const std::string& key);
   // Throws ConfigError for the first key never asked for, listing the keys that were.

@@ -48,6 +48,9 @@ x = 3
   CHECK(c.get_double("sum.inner.x") == 3.0);  // an integer where a float is asked for
   CHECK(c.get_int("absent", 7) == 7);
   CHECK(c.get_strings("absent2", {"d"}) == std::vector<std::string>{"d"});
+  CHECK(c.get_ints("count", {}) == std::vector<std::int64_t>{1000});
+  CHECK(c.get_ints("absent3", {1, 2}) == std::vector<std::int64_t>{1, 2});
+  CHECK(contains(error_of([&] { c.get_ints("list", {}); }), "must be an integer or an array of integers"));
   CHECK_NOTHROW(c.finish());
 }
 
