@@ -1,0 +1,497 @@
+// The `mlp` workload (sim/mlp.hpp); numerics in docs/numerics.md section 8d.
+#include "sim/mlp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+#include "format/philox.hpp"
+#include "sim/generators.hpp"
+
+namespace fp4d {
+
+namespace {
+
+// ---- seeds ---------------------------------------------------------------------------------
+// Every random tensor of the workload is drawn by sim/generators (generate()) from a seed
+// derived from (spec seed, purpose, index) through one Philox block, so the inputs of each
+// step, the teacher, the outlier channels and each layer's initial weights are independent
+// streams of one user seed.
+constexpr std::uint32_t kMlpTag = 0x4d4c5000u;  // "MLP"
+enum Purpose : std::uint32_t { kInputs = 1, kTeacher = 2, kInit = 3, kOutlierChannels = 4 };
+
+std::uint64_t derive_seed(std::uint64_t seed, Purpose purpose, std::uint64_t index) {
+  const Philox4x32 c{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
+                      static_cast<std::uint32_t>(purpose), kMlpTag}};
+  const Philox4x32 r = philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  return static_cast<std::uint64_t>(r.v[0]) | (static_cast<std::uint64_t>(r.v[1]) << 32);
+}
+
+Matrix normal_matrix(std::uint64_t seed, std::int64_t rows, std::int64_t cols, double scale) {
+  GeneratorSpec g;
+  g.kind = "normal";
+  g.rows = rows;
+  g.cols = cols;
+  g.seed = seed;
+  g.scale = scale;
+  return generate(g);
+}
+
+// The outlier channels: the columns generate("outliers") scales for a fixed seed (the same
+// channels at every step, as LLM outlier features are). Found by generating one row with
+// and without the outlier factor 2 (exact in float32; a normal draw is never 0 in float32).
+std::vector<std::int64_t> outlier_channels(const MlpSpec& s) {
+  std::vector<std::int64_t> cols;
+  if (!(s.outlier_fraction > 0.0)) return cols;
+  GeneratorSpec g;
+  g.kind = "outliers";
+  g.rows = 1;
+  g.cols = s.widths.front();
+  g.seed = derive_seed(s.seed, kOutlierChannels, 0);
+  g.outlier_fraction = s.outlier_fraction;
+  g.outlier_scale = 2.0;
+  const Matrix with = generate(g);
+  g.kind = "normal";
+  const Matrix without = generate(g);
+  for (std::int64_t c = 0; c < g.cols; ++c)
+    if (with(0, c) != without(0, c)) cols.push_back(c);
+  return cols;
+}
+
+// The teacher: H = relu(X W1^T), T = H W2^T, W1 ~ N(0, 1/in) [width x in],
+// W2 ~ N(0, 2/width) [out x width] (He scaling: targets of about unit variance for normal
+// inputs). Built once per (seed, shape) and cached: it is a pure function of those.
+struct Teacher {
+  std::uint64_t seed = 0;
+  std::int64_t in = 0, out = 0, width = 0;
+  Matrix w1, w2;
+};
+
+std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
+  static std::mutex mu;
+  static std::shared_ptr<const Teacher> last;
+  const std::int64_t in = s.widths.front(), out = s.widths.back();
+  std::lock_guard<std::mutex> lock(mu);
+  if (last && last->seed == s.seed && last->in == in && last->out == out && last->width == s.teacher_width)
+    return last;
+  auto t = std::make_shared<Teacher>();
+  t->seed = s.seed;
+  t->in = in;
+  t->out = out;
+  t->width = s.teacher_width;
+  t->w1 = normal_matrix(derive_seed(s.seed, kTeacher, 0), s.teacher_width, in, 1.0 / std::sqrt(static_cast<double>(in)));
+  t->w2 = normal_matrix(derive_seed(s.seed, kTeacher, 1), out, s.teacher_width,
+                        std::sqrt(2.0 / static_cast<double>(s.teacher_width)));
+  last = t;
+  return t;
+}
+
+// ---- dense kernels in T ------------------------------------------------------------------
+// C (m x n) = A (m x k) B (k x n), all row-major. Every element is c = 0; c = c + a_ip b_pj for
+// p = 0, 1, ..., k-1 (ascending p, products and sums rounded in T, no FMA: the build has
+// -ffp-contract=off). The loop order i-p-j vectorises over j without reassociating any sum,
+// so the result does not depend on the SIMD width or on the OpenMP thread count (rows are
+// independent).
+// 32-byte GCC/Clang vector types (one AVX register; split into SSE halves without AVX).
+// Unaligned, may_alias: loaded and stored straight from the row-major arrays.
+typedef float VecF8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double VecD4 __attribute__((vector_size(32), aligned(8), may_alias));
+template <class T>
+struct Vec32;
+template <>
+struct Vec32<float> {
+  using type = VecF8;
+};
+template <>
+struct Vec32<double> {
+  using type = VecD4;
+};
+
+template <class T>
+void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
+             std::int64_t n) {
+  // Register blocking with GCC/Clang vector types (element-wise IEEE operations, so each lane
+  // is exactly the scalar recurrence): a tile of IB rows x NV vectors of C stays in
+  // accumulators while p runs. Edges use the plain loop with the same per-element order.
+  using V = typename Vec32<T>::type;
+  constexpr std::int64_t VL = 32 / static_cast<std::int64_t>(sizeof(T));
+  constexpr std::int64_t IB = 4, NV = 2, JB = NV * VL;
+  const std::int64_t row_blocks = (m + IB - 1) / IB;
+#pragma omp parallel for schedule(static) if (m * k * n > (1 << 18))
+  for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
+    const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
+    for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
+      const std::int64_t nj = std::min(JB, n - j0);
+      if (ni == IB && nj == JB) {
+        V acc[IB][NV];
+        for (std::int64_t ii = 0; ii < IB; ++ii)
+          for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = V{};
+        for (std::int64_t p = 0; p < k; ++p) {
+          const V* bv = reinterpret_cast<const V*>(b + p * n + j0);
+          for (std::int64_t ii = 0; ii < IB; ++ii) {
+            const T av = a[(i0 + ii) * k + p];
+            for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = acc[ii][v] + av * bv[v];
+          }
+        }
+        for (std::int64_t ii = 0; ii < IB; ++ii)
+          for (std::int64_t v = 0; v < NV; ++v) reinterpret_cast<V*>(c + (i0 + ii) * n + j0)[v] = acc[ii][v];
+      } else {
+        for (std::int64_t i = i0; i < i0 + ni; ++i) {
+          T* __restrict ci = c + i * n + j0;
+          for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = T(0);
+          for (std::int64_t p = 0; p < k; ++p) {
+            const T aip = a[i * k + p];
+            const T* __restrict bp = b + p * n + j0;
+            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = ci[jj] + aip * bp[jj];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+std::vector<T> transposed(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
+  std::vector<T> t(x.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) t[static_cast<std::size_t>(c * rows + r)] = x[static_cast<std::size_t>(r * cols + c)];
+  return t;
+}
+
+template <class T>
+Matrix to_matrix(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
+  Matrix m(rows, cols);
+  for (std::size_t i = 0; i < x.size(); ++i) m.data[i] = static_cast<float>(x[i]);
+  return m;
+}
+
+template <class T>
+std::vector<T> from_matrix(const Matrix& m) {
+  return std::vector<T>(m.data.begin(), m.data.end());
+}
+
+// ---- activations in T (GELU: the erf form, std::erf in T) ------------------------------
+template <class T>
+constexpr T kInvSqrt2 = T(0.70710678118654752440084436210485);
+template <class T>
+constexpr T kInvSqrt2Pi = T(0.39894228040143267793994605993438);
+
+template <class T>
+T act(Activation a, T z) {
+  if (a == Activation::Relu) return z > T(0) ? z : T(0);
+  return (T(0.5) * z) * (T(1) + std::erf(z * kInvSqrt2<T>));
+}
+
+template <class T>
+T act_derivative(Activation a, T z) {
+  if (a == Activation::Relu) return z > T(0) ? T(1) : T(0);
+  // Phi(z) + z phi(z)
+  return T(0.5) * (T(1) + std::erf(z * kInvSqrt2<T>)) + z * (kInvSqrt2Pi<T> * std::exp(T(-0.5) * (z * z)));
+}
+
+void check_weights_shape(const MlpSpec& s, std::size_t layers, const std::vector<std::size_t>& sizes, const char* what) {
+  const std::size_t L = s.widths.size() - 1;
+  if (layers != L) throw std::invalid_argument(std::string("mlp: ") + what + " has " + std::to_string(layers) +
+                                               " layers, widths need " + std::to_string(L));
+  for (std::size_t l = 0; l < L; ++l) {
+    const auto want = static_cast<std::size_t>(s.widths[l + 1] * s.widths[l]);
+    if (sizes[l] != want)
+      throw std::invalid_argument(std::string("mlp: ") + what + " layer " + std::to_string(l) + " has " +
+                                  std::to_string(sizes[l]) + " elements, expected " + std::to_string(want));
+  }
+}
+
+template <class T>
+void check_weights(const MlpSpec& s, const std::vector<std::vector<T>>& w, const char* what) {
+  std::vector<std::size_t> sizes;
+  for (const auto& x : w) sizes.push_back(x.size());
+  check_weights_shape(s, w.size(), sizes, what);
+}
+
+// One GEMM of the step: the supplied GemmFn (checked shape) or the plain kernel.
+template <class T>
+std::vector<T> call_gemm(const GemmFn& gemm, const GemmCall& call, const std::vector<T>& first, std::int64_t r1,
+                         std::int64_t c1, const std::vector<T>& second, std::int64_t r2, std::int64_t c2,
+                         std::int64_t rows, std::int64_t cols) {
+  const Matrix out = gemm(call, to_matrix(first, r1, c1), to_matrix(second, r2, c2));
+  if (out.rows != rows || out.cols != cols || out.data.size() != static_cast<std::size_t>(rows * cols)) {
+    std::ostringstream m;
+    m << "mlp: the GemmFn returned " << out.rows << " x " << out.cols << " for " << to_string(call.role) << " of layer "
+      << call.layer << ", expected " << rows << " x " << cols;
+    throw std::runtime_error(m.str());
+  }
+  return from_matrix<T>(out);
+}
+
+// Forward and backward on batch `step`; returns the loss (computed in double from the T
+// outputs). grads, if given, receives dW_l (out x in).
+template <class T>
+double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, std::int64_t step, const GemmFn& gemm,
+                        std::vector<std::vector<T>>* grads) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (gemm) throw std::invalid_argument("mlp: a GemmFn is only accepted for the float32 run (T = float)");
+  }
+  check_weights(s, w, "weights");
+  const auto L = static_cast<int>(s.widths.size() - 1);
+  const std::int64_t M = s.batch;
+  const Batch batch = make_batch(s, step);
+
+  // h[l]: input of layer l (M x widths[l]); z[l]: its pre-activation (M x widths[l+1]).
+  std::vector<std::vector<T>> h(static_cast<std::size_t>(L)), z(static_cast<std::size_t>(L));
+  h[0] = from_matrix<T>(batch.x);
+  for (int l = 0; l < L; ++l) {
+    const std::int64_t in = s.widths[static_cast<std::size_t>(l)], out = s.widths[static_cast<std::size_t>(l) + 1];
+    const auto& wl = w[static_cast<std::size_t>(l)];
+    auto& zl = z[static_cast<std::size_t>(l)];
+    if (gemm) {
+      zl = call_gemm(gemm, GemmCall{GemmRole::Fprop, l, step}, h[static_cast<std::size_t>(l)], M, in, wl, out, in, M, out);
+    } else {
+      zl.assign(static_cast<std::size_t>(M * out), T(0));
+      const std::vector<T> wt = transposed(wl, out, in);
+      gemm_kn(h[static_cast<std::size_t>(l)].data(), wt.data(), zl.data(), M, in, out);
+    }
+    if (l + 1 < L) {
+      auto& hn = h[static_cast<std::size_t>(l) + 1];
+      hn.resize(zl.size());
+      for (std::size_t i = 0; i < zl.size(); ++i) hn[i] = act(s.activation, zl[i]);
+    }
+  }
+
+  // Loss 0.5 mean (Y - T)^2, accumulated in double in ascending element order.
+  const std::int64_t out_w = s.widths.back();
+  const auto& y = z[static_cast<std::size_t>(L) - 1];
+  double loss = 0.0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double d = static_cast<double>(y[i]) - static_cast<double>(batch.t.data[i]);
+    loss += d * d;
+  }
+  loss = 0.5 * loss / static_cast<double>(M * out_w);
+  if (!grads) return loss;
+
+  grads->assign(static_cast<std::size_t>(L), {});
+  // dZ_{L-1} = (Y - T) / (M out), in T.
+  const T denom = static_cast<T>(M * out_w);
+  std::vector<T> dz(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (y[i] - static_cast<T>(batch.t.data[i])) / denom;
+  for (int l = L - 1; l >= 0; --l) {
+    const auto li = static_cast<std::size_t>(l);
+    const std::int64_t in = s.widths[li], out = s.widths[li + 1];
+    auto& dw = (*grads)[li];
+    if (gemm) {
+      // Wgrad: first = H_l (M x in), second = dZ_l (M x out) -> in x out = dW^T.
+      const std::vector<T> dwt = call_gemm(gemm, GemmCall{GemmRole::Wgrad, l, step}, h[li], M, in, dz, M, out, in, out);
+      dw = transposed(dwt, in, out);
+    } else {
+      dw.assign(static_cast<std::size_t>(out * in), T(0));
+      const std::vector<T> dzt = transposed(dz, M, out);
+      gemm_kn(dzt.data(), h[li].data(), dw.data(), out, M, in);
+    }
+    if (l == 0) break;
+    std::vector<T> dh;
+    if (gemm) {
+      // Dgrad: first = dZ_l (M x out), second = W_l (out x in) -> M x in.
+      dh = call_gemm(gemm, GemmCall{GemmRole::Dgrad, l, step}, dz, M, out, w[li], out, in, M, in);
+    } else {
+      dh.assign(static_cast<std::size_t>(M * in), T(0));
+      gemm_kn(dz.data(), w[li].data(), dh.data(), M, out, in);
+    }
+    const auto& zp = z[li - 1];
+    dz.resize(dh.size());
+    for (std::size_t i = 0; i < dh.size(); ++i) dz[i] = dh[i] * act_derivative(s.activation, zp[i]);
+  }
+  return loss;
+}
+
+}  // namespace
+
+// ---- spec --------------------------------------------------------------------------------
+Activation parse_activation(const std::string& s) {
+  if (s == "relu") return Activation::Relu;
+  if (s == "gelu") return Activation::Gelu;
+  throw std::invalid_argument("unknown activation '" + s + "' (known: relu, gelu)");
+}
+
+std::string to_string(Activation a) { return a == Activation::Relu ? "relu" : "gelu"; }
+
+void validate(const MlpSpec& s) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    throw std::invalid_argument("mlp: " + field + " " + why);
+  };
+  if (s.widths.size() < 2) bad("widths", "needs at least 2 entries (input, output)");
+  for (std::size_t i = 0; i < s.widths.size(); ++i)
+    if (s.widths[i] < 1) bad("widths", "entry " + std::to_string(i) + " must be >= 1");
+  if (s.batch < 1) bad("batch", "must be >= 1");
+  if (s.teacher_width < 1) bad("teacher_width", "must be >= 1");
+  if (!(s.outlier_fraction >= 0.0 && s.outlier_fraction <= 1.0)) bad("outlier_fraction", "must be in [0, 1]");
+  if (!(s.outlier_scale > 0.0) || !std::isfinite(s.outlier_scale)) bad("outlier_scale", "must be > 0 and finite");
+  if (!(s.student_t_nu >= 0.0) || !std::isfinite(s.student_t_nu)) bad("student_t_nu", "must be >= 0 (0: normal inputs)");
+  if (!(s.lr > 0.0) || !std::isfinite(s.lr)) bad("lr", "must be > 0 and finite");
+  if (!(s.momentum >= 0.0 && s.momentum < 1.0)) bad("momentum", "must be in [0, 1)");
+  if (!(s.beta1 >= 0.0 && s.beta1 < 1.0)) bad("beta1", "must be in [0, 1)");
+  if (!(s.beta2 >= 0.0 && s.beta2 < 1.0)) bad("beta2", "must be in [0, 1)");
+  if (!(s.eps > 0.0) || !std::isfinite(s.eps)) bad("eps", "must be > 0 and finite");
+  if (!(s.weight_decay >= 0.0) || !std::isfinite(s.weight_decay)) bad("weight_decay", "must be >= 0 and finite");
+  if (s.schedule != "constant" && s.schedule != "warmup-cosine" && s.schedule != "warmup-stable-decay")
+    bad("schedule", "'" + s.schedule + "' is unknown (known: constant, warmup-cosine, warmup-stable-decay)");
+  if (s.total_steps < 0) bad("total_steps", "must be >= 0");
+  if (s.warmup_steps < 0) bad("warmup_steps", "must be >= 0");
+  if (s.warmup_steps > s.total_steps) bad("warmup_steps", "must be <= total_steps");
+  if (!(s.decay_fraction >= 0.0 && s.decay_fraction <= 1.0)) bad("decay_fraction", "must be in [0, 1]");
+}
+
+double lr_at(const MlpSpec& s, std::int64_t step) {
+  if (s.schedule == "constant") return s.lr;
+  const auto t = static_cast<double>(step);
+  const auto total = static_cast<double>(s.total_steps);
+  const auto warm = static_cast<double>(s.warmup_steps);
+  if (step >= s.total_steps) return 0.0;
+  // Linear warmup: step 0 gets 1/warmup, step warmup-1 the full rate.
+  const double fw = step < s.warmup_steps ? (t + 1.0) / warm : 1.0;
+  if (s.schedule == "warmup-cosine") {
+    if (step < s.warmup_steps) return s.lr * fw;
+    const double p = (t - warm) / (total - warm);  // in [0, 1): total > step >= warmup
+    return s.lr * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p));
+  }
+  if (s.schedule == "warmup-stable-decay") {
+    // Linear decay to 0 at total_steps over the last decay_fraction * total_steps steps.
+    const double d = s.decay_fraction * total;
+    const double fd = d > 0.0 ? std::min(1.0, (total - t) / d) : 1.0;
+    return s.lr * std::min(fw, fd);
+  }
+  throw std::invalid_argument("mlp: schedule '" + s.schedule + "' is unknown");
+}
+
+Batch make_batch(const MlpSpec& s, std::int64_t step) {
+  validate(s);
+  const std::int64_t M = s.batch, in = s.widths.front(), out = s.widths.back();
+  GeneratorSpec g;
+  g.kind = s.student_t_nu > 0.0 ? "student-t" : "normal";
+  g.nu = s.student_t_nu > 0.0 ? s.student_t_nu : 3.0;
+  g.rows = M;
+  g.cols = in;
+  g.seed = derive_seed(s.seed, kInputs, static_cast<std::uint64_t>(step));
+  Batch b;
+  b.x = generate(g);
+  for (const std::int64_t c : outlier_channels(s))
+    for (std::int64_t r = 0; r < M; ++r) b.x(r, c) = static_cast<float>(b.x(r, c) * s.outlier_scale);
+
+  const auto teacher = teacher_for(s);
+  const std::int64_t tw = s.teacher_width;
+  b.t = Matrix(M, out);
+#pragma omp parallel for schedule(static) if (M * tw * (in + out) > (1 << 18))
+  for (std::int64_t r = 0; r < M; ++r) {
+    std::vector<double> hid(static_cast<std::size_t>(tw));
+    for (std::int64_t j = 0; j < tw; ++j) {
+      double acc = 0.0;
+      for (std::int64_t k = 0; k < in; ++k) acc += static_cast<double>(b.x(r, k)) * static_cast<double>(teacher->w1(j, k));
+      hid[static_cast<std::size_t>(j)] = acc > 0.0 ? acc : 0.0;
+    }
+    for (std::int64_t o = 0; o < out; ++o) {
+      double acc = 0.0;
+      for (std::int64_t j = 0; j < tw; ++j) acc += hid[static_cast<std::size_t>(j)] * static_cast<double>(teacher->w2(o, j));
+      b.t(r, o) = static_cast<float>(acc);
+    }
+  }
+  return b;
+}
+
+template <class T>
+MlpState<T> init_state(const MlpSpec& s) {
+  validate(s);
+  MlpState<T> st;
+  const std::size_t L = s.widths.size() - 1;
+  for (std::size_t l = 0; l < L; ++l) {
+    const Matrix w = normal_matrix(derive_seed(s.seed, kInit, l), s.widths[l + 1], s.widths[l],
+                                   1.0 / std::sqrt(static_cast<double>(s.widths[l])));
+    st.w.push_back(from_matrix<T>(w));
+    st.m1.emplace_back(w.data.size(), T(0));
+    if (s.optimizer == Optimizer::AdamW) st.m2.emplace_back(w.data.size(), T(0));
+  }
+  return st;
+}
+
+template <class T>
+double loss_and_gradients(const MlpSpec& s, const std::vector<std::vector<T>>& w, std::int64_t step, const GemmFn& gemm,
+                          std::vector<std::vector<T>>* grads) {
+  validate(s);
+  return forward_backward<T>(s, w, step, gemm, grads);
+}
+
+template <class T>
+StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
+  validate(s);
+  check_weights(s, state.w, "state.w");
+  check_weights(s, state.m1, "state.m1");
+  if (s.optimizer == Optimizer::AdamW) check_weights(s, state.m2, "state.m2");
+
+  std::vector<std::vector<T>> g;
+  StepStats stats;
+  stats.loss = forward_backward<T>(s, state.w, state.step, gemm, &g);
+
+  const T lr = static_cast<T>(lr_at(s, state.step));
+  const T wd = static_cast<T>(s.weight_decay);
+  const std::size_t L = state.w.size();
+  stats.lost_update_fraction.assign(L, 0.0);
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& w = state.w[l];
+    auto& m1 = state.m1[l];
+    const auto& gl = g[l];
+    const auto n = static_cast<std::int64_t>(w.size());
+    std::int64_t lost = 0;
+    if (s.optimizer == Optimizer::Sgd) {
+      // v = mu v + (g + wd W); W = W - lr v.
+      const T mu = static_cast<T>(s.momentum);
+#pragma omp parallel for schedule(static) reduction(+ : lost) if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const T gi = s.weight_decay > 0.0 ? gl[k] + wd * w[k] : gl[k];
+        m1[k] = mu * m1[k] + gi;
+        const T upd = lr * m1[k];
+        const T wn = w[k] - upd;
+        lost += (upd != T(0) && wn == w[k]) ? 1 : 0;
+        w[k] = wn;
+      }
+    } else {
+      // AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; the step
+      // lr (m / bc1) / (sqrt(v / bc2) + eps) plus the decoupled decay lr wd W;
+      // bc_i = 1 - beta_i^t (t = step + 1) and 1 - beta_i are computed in double, rounded to T.
+      auto& m2 = state.m2[l];
+      const double t = static_cast<double>(state.step + 1);
+      const T b1 = static_cast<T>(s.beta1), c1 = static_cast<T>(1.0 - s.beta1);
+      const T b2 = static_cast<T>(s.beta2), c2 = static_cast<T>(1.0 - s.beta2);
+      const T bc1 = static_cast<T>(1.0 - std::pow(s.beta1, t)), bc2 = static_cast<T>(1.0 - std::pow(s.beta2, t));
+      const T eps = static_cast<T>(s.eps);
+#pragma omp parallel for schedule(static) reduction(+ : lost) if (n > (1 << 15))
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const T gi = gl[k];
+        m1[k] = b1 * m1[k] + c1 * gi;
+        m2[k] = b2 * m2[k] + c2 * (gi * gi);
+        const T mhat = m1[k] / bc1, vhat = m2[k] / bc2;
+        const T upd = lr * (mhat / (std::sqrt(vhat) + eps)) + lr * (wd * w[k]);
+        const T wn = w[k] - upd;
+        lost += (upd != T(0) && wn == w[k]) ? 1 : 0;
+        w[k] = wn;
+      }
+    }
+    stats.lost_update_fraction[l] = n > 0 ? static_cast<double>(lost) / static_cast<double>(n) : 0.0;
+  }
+  ++state.step;
+  return stats;
+}
+
+template MlpState<float> init_state<float>(const MlpSpec&);
+template MlpState<double> init_state<double>(const MlpSpec&);
+template StepStats train_step<float>(const MlpSpec&, MlpState<float>&, const GemmFn&);
+template StepStats train_step<double>(const MlpSpec&, MlpState<double>&, const GemmFn&);
+template double loss_and_gradients<float>(const MlpSpec&, const std::vector<std::vector<float>>&, std::int64_t,
+                                          const GemmFn&, std::vector<std::vector<float>>*);
+template double loss_and_gradients<double>(const MlpSpec&, const std::vector<std::vector<double>>&, std::int64_t,
+                                           const GemmFn&, std::vector<std::vector<double>>*);
+
+}  // namespace fp4d
