@@ -14,7 +14,7 @@ class SchemaError(ValueError):
     """The file is not an fp4drift output of a schema version this package understands."""
 
 
-def _check_schema(f: h5py.File, expected: str) -> None:
+def _check_schema(f: h5py.File, expected: str, allow_incomplete: bool = False) -> None:
     schema = f.attrs.get("schema")
     version = f.attrs.get("schema_version")
     if schema is None or version is None:
@@ -27,7 +27,7 @@ def _check_schema(f: h5py.File, expected: str) -> None:
             f"(this package reads {sorted(KNOWN_SCHEMAS[expected])}); update fp4drift_analysis"
         )
     status = f.attrs.get("status", "complete")
-    if status != "complete":
+    if status != "complete" and not allow_incomplete:
         raise SchemaError(f"{f.filename}: run status is {status!r}, not 'complete'")
 
 
@@ -92,10 +92,58 @@ class SumDotRun:
         return f"{o['operation']} of {o['terms']} in {o['format']}, {o['rounding']}{bits}"
 
 
-def load_run(path: str) -> SumDotRun:
-    """Load an `fp4drift run` trace (sum and dot workloads)."""
+@dataclass
+class MlpRecipeRun:
+    """One low-precision run of an mlp trace (arrays over the recorded steps / compares)."""
+
+    name: str
+    attrs: dict
+    loss: np.ndarray
+    rel_loss_gap: np.ndarray
+    lost_update_fraction: np.ndarray   # steps x layers
+    operand_nmse: np.ndarray           # steps x (layers * 6), slot = layer * 6 + role * 2 + operand
+    weight_rel_error: np.ndarray       # compares x layers
+
+
+@dataclass
+class MlpRun:
+    """An `fp4drift run` trace of the mlp workload: the reference and the recipes' runs."""
+
+    path: str
+    attrs: dict
+    options: dict
+    step: np.ndarray
+    compare_step: np.ndarray
+    reference_loss: np.ndarray
+    runs: list[MlpRecipeRun] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+    def run(self, name: str) -> MlpRecipeRun:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"{self.path}: no run {name!r} (runs: {', '.join(self.names)})")
+
+
+def load_run(path: str, allow_incomplete: bool = False):
+    """Load an `fp4drift run` trace: SumDotRun (sum, dot) or MlpRun (mlp). An mlp run that was
+    interrupted or failed is refused unless allow_incomplete (its data ends at the last flush)."""
     with h5py.File(path, "r") as f:
-        _check_schema(f, "fp4drift.run")
+        _check_schema(f, "fp4drift.run", allow_incomplete)
+        if "mlp" in f:
+            g = f["mlp"]
+            out = MlpRun(path=path, attrs=dict(f.attrs), options=dict(g.attrs), step=g["step"][()],
+                         compare_step=g["compare_step"][()], reference_loss=g["reference/loss"][()])
+            for name in str(g.attrs["recipes"]).split(","):
+                r = g["runs"][name]
+                out.runs.append(MlpRecipeRun(
+                    name=name, attrs=dict(r.attrs), loss=r["loss"][()], rel_loss_gap=r["rel_loss_gap"][()],
+                    lost_update_fraction=r["lost_update_fraction"][()], operand_nmse=r["operand_nmse"][()],
+                    weight_rel_error=r["weight_rel_error"][()]))
+            return out
         if "sum_dot" not in f:
             raise SchemaError(f"{path}: workload {f.attrs.get('workload')!r} has no loader yet")
         g = f["sum_dot"]

@@ -1,17 +1,29 @@
-// fp4drift run CONFIG: one experiment from a config file (issue 5). Workloads so far: `sum`
-// and `dot` (sim/sum_dot_run.hpp); `mlp` is refused with a message until it exists.
-// The trace (schema fp4drift.run v1, docs/trace-format.md) carries the config text and the
-// provenance; it is written as OUT.partial and renamed when complete, so a stopped sum/dot
-// run leaves no file that looks complete (they are minutes at most; --resume arrives with the
-// long-running mlp workload).
+// fp4drift run CONFIG: one experiment from a config file (issue 5). Workloads: `sum` and
+// `dot` (sim/sum_dot_run.hpp), `mlp` (sim/mlp_run.hpp). The trace (schema fp4drift.run v1,
+// docs/trace-format.md) carries the config text and the provenance.
+//  sum/dot: written as OUT.partial and renamed when complete (they take seconds).
+//  mlp: written under OUT as it goes, status running -> complete | interrupted | failed,
+//       flushed with a checkpoint every trace.flush_every steps; Ctrl-C (SIGINT) or SIGTERM
+//       stops at the next step, flushes and exits 130; --resume continues from the checkpoint.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "commands.hpp"
 #include "json.hpp"
+#include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
+#include "trace/h5.hpp"
+#if defined(FP4DRIFT_WITH_CUDA)
+#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/shared_numerics_check.hpp"
+#endif
 #include "trace/output_file.hpp"
 #include "util/config.hpp"
 
@@ -58,15 +70,117 @@ void json_sum_dot(const SumDotRun& run, const SumDotResult& r) {
   j.end_array().end_object();
 }
 
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+// Progress: on a terminal one self-overwriting line (steps/s, ETA); otherwise a plain line
+// at most every 10% or 30 s, so logs stay readable.
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO) != 0), t0_(std::chrono::steady_clock::now()), last_(t0_) {}
+  void operator()(std::int64_t done, std::int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    const double el = std::chrono::duration<double>(now - t0_).count();
+    if (first_ < 0) first_ = done - 1;
+    const double rate = el > 0 ? static_cast<double>(done - first_) / el : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+    const bool end = done == total;
+    if (tty_) {
+      if (!end && std::chrono::duration<double>(now - last_).count() < 0.2) return;
+      std::fprintf(stderr, "\r  step %lld / %lld  %.1f steps/s  ETA %.0f s   %s", static_cast<long long>(done),
+                   static_cast<long long>(total), rate, eta, end ? "\n" : "");
+    } else {
+      const bool tenth = total >= 10 && done % (total / 10) == 0;
+      if (!end && !tenth && std::chrono::duration<double>(now - last_).count() < 30) return;
+      std::fprintf(stderr, "progress: step %lld/%lld, %.1f steps/s, ETA %.0f s\n", static_cast<long long>(done),
+                   static_cast<long long>(total), rate, eta);
+    }
+    last_ = now;
+  }
+
+ private:
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_, last_;
+  std::int64_t first_ = -1;
+};
+
+int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
+  if (a.out.empty()) throw UsageError("workload 'mlp' needs --out FILE: the trace is the run's result");
+  if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
+  if (!a.resume && std::filesystem::exists(a.out))
+    throw UsageError(a.out + " exists: use --resume to continue that run, or another --out");
+  const MlpRunSpec spec = parse_mlp_run(cfg, a.steps);
+  cfg.finish();
+  MlpRunControl ctl;
+  ctl.path = a.out;
+  ctl.config_text = cfg.text();
+  ctl.config_source = a.config;
+  ctl.command_line = command_line;
+  ctl.resume = a.resume;
+  ctl.backend = a.backend;
+  ctl.stop = &g_stop;
+#if defined(FP4DRIFT_WITH_CUDA)
+  if (a.backend == "cuda") {
+    std::string why;
+    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
+    ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };
+  }
+#else
+  if (a.backend == "cuda") throw UsageError("--backend cuda: this fp4drift was built without CUDA");
+#endif
+  Progress progress;
+  if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const MlpRunOutcome outcome = run_mlp(spec, ctl);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (outcome == MlpRunOutcome::Interrupted) {
+    std::fprintf(stderr, "fp4drift: interrupted: %s holds every step up to its last checkpoint; continue with --resume\n",
+                 a.out.c_str());
+    return 130;
+  }
+  // Summary from the trace.
+  h5::File f = h5::File::open_read(a.out);
+  h5::Group root = f.root();
+  const std::vector<double> ref = root.read<double>("mlp/reference/loss");
+  if (a.json) {
+    Json j(std::cout);
+    j.begin_object().field("workload", "mlp").field("steps", spec.steps).field("reference_final_loss", ref.back())
+        .key("runs").begin_array();
+    for (const std::string& r : spec.recipes) {
+      h5::Group g = root.open_group("mlp/runs/" + r);
+      const std::vector<double> loss = g.read<double>("loss"), err = g.read<double>("weight_rel_error");
+      j.begin_object().field("recipe", r).field("final_loss", loss.back()).field("final_rel_loss_gap", g.read<double>("rel_loss_gap").back())
+          .field("final_last_layer_weight_rel_error", err.back())
+          .field("weight_error_growth_exponent", g.get_attr_double("weight_error_growth_exponent")).end_object();
+    }
+    j.end_array().end_object();
+    return 0;
+  }
+  std::printf("fp4drift run: mlp %s, %lld steps; reference (double) final loss %.6g\n", cfg.source().c_str(),
+              static_cast<long long>(spec.steps), ref.back());
+  std::printf("%-22s %14s %14s %22s %18s\n", "recipe", "final loss", "rel loss gap", "last-layer W rel err",
+              "W err growth exp");
+  for (const std::string& r : spec.recipes) {
+    h5::Group g = root.open_group("mlp/runs/" + r);
+    const std::vector<double> loss = g.read<double>("loss"), gap = g.read<double>("rel_loss_gap"),
+                              err = g.read<double>("weight_rel_error");
+    std::printf("%-22s %14.6g %14.3e %22.3e %18.2f\n", r.c_str(), loss.back(), gap.back(), err.back(),
+                g.get_attr_double("weight_error_growth_exponent"));
+  }
+  std::printf("wrote %s\n", a.out.c_str());
+  return 0;
+}
+
 int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
   if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
   if (a.steps < 0) throw UsageError("--steps must be positive");
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");
-  if (workload == "mlp")
-    throw UsageError("workload 'mlp' is not implemented yet (issue 5 is in progress: sum and dot run today)");
-  cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum or dot (mlp: not yet)");
+  if (workload == "mlp") return run_mlp_workload(a, cfg, command_line);
+  cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot or mlp");
   if (a.backend == "cuda")
     throw UsageError("workload '" + workload + "' runs on the CPU only (its arithmetic is the format emulation; "
                      "--backend cuda is for the mlp workload)");

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   runners[q] = fp4d::cli::add_quantize(*q, command_line);
   CLI::App* gm = app.add_subcommand("gemm", "Fprop/Dgrad/Wgrad GEMMs under recipes vs the exact product, error split");
   runners[gm] = fp4d::cli::add_gemm(*gm, command_line);
-  CLI::App* run = app.add_subcommand("run", "Run one experiment from a config file (sum, dot; mlp to come)");
+  CLI::App* run = app.add_subcommand("run", "Run one experiment from a config file (workloads sum, dot, mlp)");
   runners[run] = fp4d::cli::add_run(*run, command_line);
   CLI::App* acc = app.add_subcommand("accumulator", "GPU tensor-core GEMMs: bits of the exact partial sums kept, vs K (CUDA)");
   runners[acc] = fp4d::cli::add_accumulator(*acc);

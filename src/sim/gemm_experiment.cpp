@@ -99,12 +99,8 @@ void expected_shapes(GemmRole role, std::int64_t M, std::int64_t N, std::int64_t
   }
 }
 
-namespace {
-
-enum class OperandKind { Activation, Weight, Gradient };
-
 // The spec of one operand given in NT form (reduction along its rows, axis 1).
-QuantSpec operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream) {
+QuantSpec gemm_operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream) {
   QuantSpec s;
   switch (g.kind) {
     case GemmRecipe::Kind::Bf16: s = preset("bf16").spec; break;
@@ -136,6 +132,8 @@ QuantSpec operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::u
   s.rht.sign_seed = seed;
   return s;
 }
+
+namespace {
 
 ref::ExactValue exact_of_float(float f) {
   std::int64_t sig;
@@ -260,8 +258,8 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
   r.draws = (recipe.sr_gradients && recipe.kind == GemmRecipe::Kind::Nvfp4) ? opt.draws : 1;
   for (int d = 0; d < r.draws; ++d) {
     const std::uint64_t seed = opt.seed + static_cast<std::uint64_t>(d);
-    QuantizedTensor qa = quantize_cpu(A, operand_spec(recipe, ka, wgrad, seed, stream_base + 1));
-    QuantizedTensor qb = quantize_cpu(B, operand_spec(recipe, kb, wgrad, seed, stream_base + 2));
+    QuantizedTensor qa = quantize_cpu(A, gemm_operand_spec(recipe, ka, wgrad, seed, stream_base + 1));
+    QuantizedTensor qb = quantize_cpu(B, gemm_operand_spec(recipe, kb, wgrad, seed, stream_base + 2));
     const Matrix c = opt.product ? opt.product(qa, qb) : computed_product(qa, qb);
     if (c.rows != r.rows || c.cols != r.cols) throw std::runtime_error("the GEMM backend returned a product of the wrong shape");
     for (std::size_t i = 0; i < n; ++i) {

@@ -44,6 +44,12 @@ struct GemmRecipe {
 // recipe: -no-sr, -no-rht, -no-2d (each switches one element off), -sr8 (8-bit SR); e.g.
 // "nvfp4-no-rht-no-sr". Throws std::invalid_argument listing the names otherwise.
 const std::vector<GemmRecipe>& gemm_recipes();
+
+// The quantization of one GEMM operand under a recipe, for an operand given in NT form
+// (reduction along its rows, axis 1): its kind, whether the GEMM is the Wgrad one (RHT), and
+// the SR seed and stream.
+enum class OperandKind { Activation, Weight, Gradient };
+QuantSpec gemm_operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream);
 GemmRecipe gemm_recipe(const std::string& name);
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names);
 

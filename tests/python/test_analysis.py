@@ -119,3 +119,79 @@ def test_plot_run_compares_traces(run_traces, tmp_path: Path) -> None:
                           "--out", str(out)], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2] / "analysis")
     assert bad.returncode == 2 and "error" in bad.stderr
+
+
+MLP_CONFIG = """workload = "mlp"
+[mlp]
+widths = [32, 64, 64, 8]
+batch = 32
+steps = {steps}
+lr = 0.05
+[recipes]
+names = ["nvfp4", "bf16"]
+high_precision_layers = [0]
+[reference]
+compare_every = 10
+[trace]
+flush_every = 50
+"""
+
+
+def _walk(g, prefix=""):
+    for k, v in g.items():
+        if isinstance(v, h5py.Group):
+            yield from _walk(v, prefix + k + "/")
+        else:
+            yield prefix + k
+
+
+def test_mlp_interrupted_by_sigint_resumes_bit_exactly(tmp_path: Path) -> None:
+    import signal
+
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(MLP_CONFIG.format(steps=3000))
+    whole, cut = tmp_path / "whole.h5", tmp_path / "cut.h5"
+    subprocess.run([EXE, "run", str(cfg), "--steps", "1200", "--out", str(whole)], check=True, capture_output=True)
+    # Interrupt a run at its first progress line (10%), as Ctrl-C would.
+    p = subprocess.Popen([EXE, "run", str(cfg), "--steps", "1200", "--out", str(cut)], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True)
+    line = p.stderr.readline()
+    assert line.startswith("progress:"), line
+    p.send_signal(signal.SIGINT)
+    err = p.stderr.read()
+    assert p.wait() == 130, err
+    assert "continue with --resume" in err
+    with h5py.File(cut, "r") as f:  # a valid file, marked, holding every step up to its checkpoint
+        assert f.attrs["status"] == "interrupted"
+        ck = int(f["mlp/checkpoint"].attrs["step"])
+        assert 0 < ck < 1200 and f["mlp/step"].shape[0] >= ck
+    from fp4drift_analysis import SchemaError, load_run
+
+    with pytest.raises(SchemaError, match="interrupted"):
+        load_run(str(cut))
+    assert load_run(str(cut), allow_incomplete=True).step.shape[0] >= ck
+    subprocess.run([EXE, "run", str(cfg), "--steps", "1200", "--out", str(cut), "--resume"], check=True,
+                   capture_output=True)
+    with h5py.File(whole, "r") as a, h5py.File(cut, "r") as b:
+        assert b.attrs["status"] == "complete" and int(b.attrs["resumed_at_step"]) == ck
+        names = sorted(_walk(a))
+        assert names == sorted(_walk(b))
+        differ = [n for n in names if not np.array_equal(a[n][()], b[n][()], equal_nan=True)]
+        assert differ == [], differ
+
+
+def test_plot_run_of_an_mlp_trace(tmp_path: Path) -> None:
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(MLP_CONFIG.format(steps=60))
+    trace, png = tmp_path / "m.h5", tmp_path / "m.png"
+    subprocess.run([EXE, "run", str(cfg), "--out", str(trace)], check=True, capture_output=True)
+    from fp4drift_analysis import load_run
+
+    r = load_run(str(trace))
+    assert r.names == ["nvfp4", "bf16"]
+    assert r.step.tolist() == list(range(60))
+    assert r.run("nvfp4").weight_rel_error.shape == (6, 3)
+    res = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(trace), "--out", str(png)],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+    assert res.returncode == 0, res.stderr
+    assert png.stat().st_size > 20_000

@@ -296,8 +296,7 @@ TEST_CASE("run: bad configs and options are refused with one line naming the pro
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformat = \"fp64\"\n", "sum.format"},
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nruns = 4\n", "only makes sense with rounding = \"sr\""},
       {"workload = \"sum\"\n[sum]\nn = \"ten\"\nterms = \"constant\"\n", "'sum.n' must be an integer, got a string"},
-      {"workload = \"mlp\"\n", "not implemented yet"},
-      {"workload = \"sums\"\n", "must be sum or dot"},
+      {"workload = \"sums\"\n", "must be sum, dot or mlp"},
       {"[sum]\nn = 1\n", "missing key 'workload'"},
   };
   for (const auto& [text, want] : cases) {
@@ -323,11 +322,82 @@ TEST_CASE("run: bad configs and options are refused with one line naming the pro
 }
 
 TEST_CASE("run: every shipped config in data/configs parses and runs (short)") {
+  TempDir d;
   for (const auto& e : fs::directory_iterator(FP4DRIFT_SOURCE_DIR "/data/configs")) {
     if (e.path().extension() != ".toml") continue;
     INFO(e.path().string());
-    const Result r = run("run " + e.path().string() + " --steps 64 --json");
+    const Result r = run("run " + e.path().string() + " --steps 64 --json --out " + d.file(e.path().stem().string() + ".h5"));
     CHECK(r.status == 0);
     CHECK(r.err.empty());
+  }
+}
+
+namespace {
+const char* kTinyMlp =
+    "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 30\nlr = 0.05\n"
+    "[recipes]\nnames = [\"fp32\", \"nvfp4\"]\nhigh_precision_layers = [0]\n"
+    "[reference]\ncompare_every = 5\n[trace]\nflush_every = 10\n";
+}  // namespace
+
+TEST_CASE("run mlp: a complete trace with every record, the fp32 run next to the reference") {
+  TempDir d;
+  const std::string cfg = write_text(d, "m.toml", kTinyMlp), out = d.file("m.h5");
+  const Result r = run("run " + cfg + " --out " + out);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  fp4d::h5::Group root = f.root();
+  CHECK(root.get_attr_string("status") == "complete");
+  CHECK(root.get_attr_string("workload") == "mlp");
+  const std::vector<std::int64_t> step = root.read<std::int64_t>("mlp/step");
+  REQUIRE(step.size() == 30);
+  CHECK(step.front() == 0);
+  CHECK(step.back() == 29);
+  CHECK(root.read<std::int64_t>("mlp/compare_step") == std::vector<std::int64_t>{5, 10, 15, 20, 25, 30});
+  fp4d::h5::Dims dims;
+  const std::vector<double> werr = root.read<double>("mlp/runs/nvfp4/weight_rel_error", &dims);
+  CHECK(dims == fp4d::h5::Dims{6, 2});
+  // fp32 (no quantization, float32 arithmetic) stays within float32 rounding of the double
+  // reference: each step's GEMMs (reduction length K <= 32) perturb the weights by at most
+  // about K u relative, so k = 30 steps give k K u = 30 * 32 * 2^-24 = 5.7e-5 < 1e-4 to first
+  // order (no amplification by the dynamics over so few steps). NVFP4 (4-bit operands, NMSE
+  // ~1e-2) lands orders of magnitude further.
+  const std::vector<double> gap32 = root.read<double>("mlp/runs/fp32/rel_loss_gap");
+  const std::vector<double> w32 = root.read<double>("mlp/runs/fp32/weight_rel_error");
+  for (const double g : gap32) CHECK(std::fabs(g) < 1e-4);
+  CHECK(w32.back() < 1e-4);
+  CHECK(w32.back() > 0);
+  CHECK(werr.back() > 100 * w32.back());
+  // The nvfp4 run recorded its operands' quantization error; layer 0 runs in BF16 (edge).
+  const std::vector<double> nmse = root.read<double>("mlp/runs/nvfp4/operand_nmse", &dims);
+  CHECK(dims == fp4d::h5::Dims{30, 12});
+  CHECK(nmse[0] < 1e-4);        // layer 0, fprop X: BF16
+  CHECK(nmse[6] > 1e-3);        // layer 1, fprop X: NVFP4
+}
+
+TEST_CASE("run mlp: output rules and config errors") {
+  TempDir d;
+  const std::string cfg = write_text(d, "m.toml", kTinyMlp), out = d.file("m.h5");
+  CHECK(run("run " + cfg).err.find("needs --out") != std::string::npos);
+  CHECK(run("run " + cfg + " --out " + out + " --resume").err.find("does not exist") != std::string::npos);
+  REQUIRE(run("run " + cfg + " --out " + out).status == 0);
+  const Result again = run("run " + cfg + " --out " + out);
+  CHECK(again.status == 2);
+  CHECK(again.err.find("exists: use --resume") != std::string::npos);
+  CHECK(run("run " + cfg + " --out " + out + " --resume").err.find("is complete") != std::string::npos);
+  const std::string other = d.file("o.h5");
+  const std::pair<std::string, std::string> cases[] = {
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nwidht = 3\n", "unknown config key 'mlp.widht'"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 12\n[recipes]\nnames = [\"nvfp4\"]\n", "multiple of 16"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[recipes]\nnames = [\"nvfp5\"]\n", "recipes.names"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[recipes]\nhigh_precision_layers = [4]\n", "layer 4 does not exist"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\noptimizer = \"lion\"\n", "must be sgd or adamw"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"mp256\"\n", "only double"},
+  };
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    const Result r = run("run " + write_text(d, "bad.toml", text) + " --out " + other);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(want) != std::string::npos);
+    require_no_output(other);
   }
 }

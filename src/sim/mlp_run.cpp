@@ -1,0 +1,456 @@
+#include "sim/mlp_run.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include "trace/h5.hpp"
+#include "trace/tensor_io.hpp"
+
+namespace fp4d {
+
+// ---- config ---------------------------------------------------------------------------------
+
+MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
+  MlpRunSpec r;
+  MlpSpec& m = r.model;
+  m.widths = cfg.get_ints("mlp.widths", m.widths);
+  m.activation = [&] {
+    const std::string a = cfg.get_string("mlp.activation", "relu");
+    try {
+      return parse_activation(a);
+    } catch (const std::exception& e) {
+      cfg.require(false, "mlp.activation", e.what());
+    }
+    return Activation::Relu;
+  }();
+  m.batch = cfg.get_int("mlp.batch", m.batch);
+  m.seed = static_cast<std::uint64_t>(cfg.get_int("mlp.seed", 1));
+  m.teacher_width = cfg.get_int("mlp.teacher_width", m.teacher_width);
+  m.outlier_fraction = cfg.get_double("mlp.outlier_fraction", m.outlier_fraction);
+  m.outlier_scale = cfg.get_double("mlp.outlier_scale", m.outlier_scale);
+  m.student_t_nu = cfg.get_double("mlp.student_t_nu", m.student_t_nu);
+  const std::string opt = cfg.get_string("mlp.optimizer", "sgd");
+  cfg.require(opt == "sgd" || opt == "adamw", "mlp.optimizer", "must be sgd or adamw");
+  m.optimizer = opt == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
+  m.lr = cfg.get_double("mlp.lr", m.lr);
+  m.momentum = cfg.get_double("mlp.momentum", m.momentum);
+  m.beta1 = cfg.get_double("mlp.beta1", m.beta1);
+  m.beta2 = cfg.get_double("mlp.beta2", m.beta2);
+  m.eps = cfg.get_double("mlp.eps", m.eps);
+  m.weight_decay = cfg.get_double("mlp.weight_decay", m.weight_decay);
+  m.schedule = cfg.get_string("mlp.schedule", m.schedule);
+  m.warmup_steps = cfg.get_int("mlp.warmup_steps", m.warmup_steps);
+  m.decay_fraction = cfg.get_double("mlp.decay_fraction", m.decay_fraction);
+  r.steps = cfg.get_int("mlp.steps", r.steps);
+  if (steps > 0) r.steps = steps;
+  cfg.require(r.steps >= 1, "mlp.steps", "must be >= 1");
+  m.total_steps = r.steps;
+  try {
+    validate(m);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(cfg.source() + ": " + e.what() + (steps > 0 ? " (with --steps " + std::to_string(steps) + ")" : std::string()));
+  }
+
+  r.recipes = cfg.get_strings("recipes.names", r.recipes);
+  cfg.require(!r.recipes.empty(), "recipes.names", "needs at least one recipe");
+  for (std::size_t i = 0; i < r.recipes.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      cfg.require(r.recipes[i] != r.recipes[j], "recipes.names", "lists '" + r.recipes[i] + "' twice");
+  r.edge_recipe = cfg.get_string("recipes.edge_recipe", r.edge_recipe);
+  for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
+    cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
+                "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");
+    r.high_precision_layers.push_back(static_cast<int>(l));
+  }
+  for (const std::string& name : r.recipes) {
+    try {
+      RecipeGemm check(RecipeGemmOptions{name, r.edge_recipe, r.high_precision_layers, 0, {}},
+                       static_cast<int>(m.widths.size() - 1));
+      (void)check;
+    } catch (const std::invalid_argument& e) {
+      cfg.require(false, "recipes.names", e.what());
+    }
+    const bool rht = name != "fp32" && gemm_recipe(name).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(name).rht_wgrad;
+    cfg.require(!rht || m.batch % 16 == 0, "mlp.batch",
+                "recipe " + name + " applies RHT-16 along the batch in the Wgrad GEMM: the batch must be a multiple of 16");
+  }
+  r.compare_every = cfg.get_int("reference.compare_every", r.compare_every);
+  cfg.require(r.compare_every >= 1, "reference.compare_every", "must be >= 1");
+  r.queue = cfg.get_int("reference.queue", r.queue);
+  cfg.require(r.queue >= 1, "reference.queue", "must be >= 1");
+  const std::string precision = cfg.get_string("reference.precision", "double");
+  cfg.require(precision == "double", "reference.precision",
+              "only double is available for the mlp reference so far (binary128 / cpp_bin_float: not yet)");
+  r.trace_every = cfg.get_int("trace.every", r.trace_every);
+  cfg.require(r.trace_every >= 1, "trace.every", "must be >= 1");
+  r.flush_every = cfg.get_int("trace.flush_every", r.flush_every);
+  cfg.require(r.flush_every >= 1, "trace.flush_every", "must be >= 1");
+  return r;
+}
+
+// ---- the run --------------------------------------------------------------------------------
+
+namespace {
+
+using Weights = std::vector<std::vector<double>>;
+
+double rel_error(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// What the reference thread publishes: its loss at every step, its weights at compare steps,
+// its whole state at checkpoint steps.
+struct ReferenceFeed {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t done = 0;  // steps completed (loss of steps < done known)
+  std::map<std::int64_t, double> loss;
+  std::map<std::int64_t, Weights> weights;              // after step s (state at s + 1)
+  std::map<std::int64_t, MlpState<double>> checkpoints;  // state at step s (before it)
+  std::exception_ptr error;
+  bool stop = false;
+};
+
+struct Record {
+  std::int64_t step = 0;
+  std::vector<double> loss;                  // per run
+  std::vector<std::vector<double>> lost;     // per run, per layer
+  std::vector<std::vector<OperandRecord>> ops;  // per run, per slot
+  std::optional<std::vector<std::vector<std::vector<float>>>> weights;  // compare step: per run, per layer
+  std::optional<std::vector<MlpState<float>>> checkpoint;               // flush step: states at step + 1
+};
+
+// The trace's datasets.
+struct Trace {
+  h5::File file;
+  h5::Appendable<std::int64_t> step, compare_step;
+  h5::Appendable<double> ref_loss;
+  struct Run {
+    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error;
+  };
+  std::vector<Run> runs;
+};
+
+std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; }
+
+void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<double>>& v, bool create) {
+  for (std::size_t l = 0; l < v.size(); ++l) {
+    const std::string name = prefix + "_" + std::to_string(l);
+    if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
+    else g.open_dataset(name).rewrite(v[l]);
+  }
+}
+void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<float>>& v, bool create) {
+  for (std::size_t l = 0; l < v.size(); ++l) {
+    const std::string name = prefix + "_" + std::to_string(l);
+    if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
+    else g.open_dataset(name).rewrite(v[l]);
+  }
+}
+template <class T>
+void write_mlp_state(h5::Group g, const std::string& prefix, const MlpState<T>& s, bool create) {
+  write_state(g, prefix + "_w", s.w, create);
+  write_state(g, prefix + "_m1", s.m1, create);
+  if (!s.m2.empty()) write_state(g, prefix + "_m2", s.m2, create);
+}
+template <class T>
+void read_mlp_state(h5::Group g, const std::string& prefix, MlpState<T>& s) {
+  for (std::size_t l = 0; l < s.w.size(); ++l) {
+    s.w[l] = g.read<T>(prefix + "_w_" + std::to_string(l));
+    s.m1[l] = g.read<T>(prefix + "_m1_" + std::to_string(l));
+    if (!s.m2.empty()) s.m2[l] = g.read<T>(prefix + "_m2_" + std::to_string(l));
+  }
+}
+
+Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+  const auto parent = std::filesystem::path(ctl.path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
+  Trace t{h5::File::create(ctl.path), {}, {}, {}, {}};
+  h5::Group root = t.file.root();
+  write_provenance(root, "fp4drift.run", 1, ctl.command_line);
+  root.set_attr("backend", ctl.backend);
+  root.set_attr("status", std::string("running"));
+  root.set_attr("workload", std::string("mlp"));
+  root.set_attr("config", ctl.config_text);
+  root.set_attr("config_source", ctl.config_source);
+  h5::Group m = root.require_group("mlp");
+  m.set_attr("widths", spec.model.widths);
+  m.set_attr("steps", spec.steps);
+  std::string names;
+  for (const std::string& r : spec.recipes) names += (names.empty() ? "" : ",") + r;
+  m.set_attr("recipes", names);
+  m.set_attr("compare_every", spec.compare_every);
+  m.set_attr("trace_every", spec.trace_every);
+  m.set_attr("reference_precision", std::string("double"));
+  m.set_attr("operand_slots", std::string("layer * 6 + role * 2 + operand; role fprop 0, dgrad 1, wgrad 2; "
+                                          "operand 0 = first (X, dY, X^T), 1 = second (W, W^T, dY^T)"));
+  const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
+  t.step = root.create_appendable<std::int64_t>("mlp/step", {});
+  t.compare_step = root.create_appendable<std::int64_t>("mlp/compare_step", {});
+  t.ref_loss = root.create_appendable<double>("mlp/reference/loss", {});
+  for (const std::string& r : spec.recipes) {
+    const std::string g = run_group(r);
+    Trace::Run run{root.create_appendable<double>(g + "/loss", {}),
+                   root.create_appendable<double>(g + "/rel_loss_gap", {}),
+                   root.create_appendable<double>(g + "/lost_update_fraction", {L}),
+                   root.create_appendable<double>(g + "/operand_nmse", {L * 6}),
+                   root.create_appendable<double>(g + "/operand_clipped_fraction", {L * 6}),
+                   root.create_appendable<double>(g + "/operand_underflow_fraction", {L * 6}),
+                   root.create_appendable<double>(g + "/operand_zero_scale_fraction", {L * 6}),
+                   root.create_appendable<double>(g + "/weight_rel_error", {L})};
+    t.runs.push_back(run);
+  }
+  return t;
+}
+
+Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+  Trace t{h5::File::open_rw(ctl.path), {}, {}, {}, {}};
+  h5::Group root = t.file.root();
+  if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != "mlp")
+    throw std::invalid_argument("--resume: " + ctl.path + " is not an fp4drift mlp run trace");
+  if (root.get_attr_string("config") != ctl.config_text)
+    throw std::invalid_argument("--resume: the config differs from the one " + ctl.path +
+                                " was started with (resuming would not continue the same run)");
+  if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + ctl.path + " is complete");
+  t.step = root.open_appendable<std::int64_t>("mlp/step");
+  t.compare_step = root.open_appendable<std::int64_t>("mlp/compare_step");
+  t.ref_loss = root.open_appendable<double>("mlp/reference/loss");
+  for (const std::string& r : spec.recipes) {
+    const std::string g = run_group(r);
+    t.runs.push_back(Trace::Run{root.open_appendable<double>(g + "/loss"), root.open_appendable<double>(g + "/rel_loss_gap"),
+                                root.open_appendable<double>(g + "/lost_update_fraction"),
+                                root.open_appendable<double>(g + "/operand_nmse"),
+                                root.open_appendable<double>(g + "/operand_clipped_fraction"),
+                                root.open_appendable<double>(g + "/operand_underflow_fraction"),
+                                root.open_appendable<double>(g + "/operand_zero_scale_fraction"),
+                                root.open_appendable<double>(g + "/weight_rel_error")});
+  }
+  return t;
+}
+
+// Least-squares slope of log(err) against log(step) over the compared steps with err > 0.
+double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector<double>& err) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (!(err[i] > 0) || steps[i] <= 0) continue;
+    const double x = std::log(static_cast<double>(steps[i])), y = std::log(err[i]);
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double den = n * sxx - sx * sx;
+  return n >= 2 && den > 0 ? (n * sxy - sx * sy) / den : std::nan("");
+}
+
+}  // namespace
+
+MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+  const MlpSpec& model = spec.model;
+  const int L = static_cast<int>(model.widths.size() - 1);
+  const std::size_t R = spec.recipes.size();
+
+  // States at the start (fresh or from the checkpoint).
+  std::vector<MlpState<float>> lp(R, init_state<float>(model));
+  MlpState<double> ref = init_state<double>(model);
+  std::int64_t start = 0;
+  Trace trace = ctl.resume ? open_trace(spec, ctl) : create_trace(spec, ctl);
+  h5::Group root = trace.file.root();
+  try {
+    if (ctl.resume) {
+      h5::Group ck = root.open_group("mlp/checkpoint");
+      start = ck.get_attr_int64("step");
+      read_mlp_state(ck, "reference", ref);
+      for (std::size_t r = 0; r < R; ++r) read_mlp_state(ck, "run_" + std::to_string(r), lp[r]);
+      ref.step = start;
+      for (auto& s : lp) s.step = start;
+      const auto records = static_cast<std::uint64_t>(ck.get_attr_int64("records"));
+      const auto compares = static_cast<std::uint64_t>(ck.get_attr_int64("compares"));
+      trace.step.truncate(records);
+      trace.ref_loss.truncate(records);
+      trace.compare_step.truncate(compares);
+      for (Trace::Run& t : trace.runs) {
+        for (auto* a : {&t.loss, &t.gap, &t.lost, &t.nmse, &t.clipped, &t.underflow, &t.zero_scales}) a->truncate(records);
+        t.weight_error.truncate(compares);
+      }
+      root.set_attr("status", std::string("running"));
+      root.set_attr("resumed_at_step", start);
+    } else {
+      h5::Group ck = root.require_group("mlp/checkpoint");
+      ck.set_attr("step", std::int64_t{0});
+      ck.set_attr("records", std::int64_t{0});
+      ck.set_attr("compares", std::int64_t{0});
+      write_mlp_state(ck, "reference", ref, true);
+      for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), lp[r], true);
+    }
+    trace.file.flush();
+
+    // The reference trains in its own thread.
+    ReferenceFeed feed;
+    const auto is_compare = [&](std::int64_t s) { return (s + 1) % spec.compare_every == 0 || s + 1 == spec.steps; };
+    const auto is_flush = [&](std::int64_t s) { return (s + 1) % spec.flush_every == 0 || s + 1 == spec.steps; };
+    std::thread reference([&] {
+      try {
+        for (std::int64_t s = start; s < spec.steps; ++s) {
+          {
+            std::lock_guard<std::mutex> lk(feed.mu);
+            if (feed.stop) return;
+          }
+          const StepStats st = train_step<double>(model, ref, nullptr);
+          std::lock_guard<std::mutex> lk(feed.mu);
+          feed.loss[s] = st.loss;
+          if (is_compare(s)) feed.weights[s] = ref.w;
+          if (is_flush(s)) feed.checkpoints[s] = ref;
+          feed.done = s + 1;
+          feed.cv.notify_all();
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(feed.mu);
+        feed.error = std::current_exception();
+        feed.cv.notify_all();
+      }
+    });
+    struct Joiner {
+      std::thread& t;
+      ReferenceFeed& f;
+      ~Joiner() {
+        {
+          std::lock_guard<std::mutex> lk(f.mu);
+          f.stop = true;
+        }
+        if (t.joinable()) t.join();
+      }
+    } joiner{reference, feed};
+
+    std::vector<std::unique_ptr<RecipeGemm>> gemms;
+    for (const std::string& name : spec.recipes)
+      gemms.push_back(std::make_unique<RecipeGemm>(
+          RecipeGemmOptions{name, spec.edge_recipe, spec.high_precision_layers, model.seed, ctl.product}, L));
+
+    std::deque<Record> pending;
+    std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
+    std::vector<std::int64_t> compared_steps = trace.compare_step.rows() ? trace.compare_step.read<std::int64_t>() : std::vector<std::int64_t>{};
+    // Writes the records the reference has caught up with; with wait, blocks until `upto`.
+    const auto drain = [&](bool wait, std::int64_t upto) {
+      std::unique_lock<std::mutex> lk(feed.mu);
+      while (!pending.empty()) {
+        Record& rec = pending.front();
+        if (feed.error) std::rethrow_exception(feed.error);
+        if (feed.done <= rec.step) {
+          if (!wait || rec.step > upto) return;
+          feed.cv.wait(lk, [&] { return feed.done > rec.step || feed.error; });
+          continue;
+        }
+        const double ref_loss = feed.loss.at(rec.step);
+        feed.loss.erase(rec.step);
+        std::optional<Weights> ref_w;
+        if (rec.weights) {
+          ref_w = std::move(feed.weights.at(rec.step));
+          feed.weights.erase(rec.step);
+        }
+        std::optional<MlpState<double>> ref_ck;
+        if (rec.checkpoint) {
+          ref_ck = std::move(feed.checkpoints.at(rec.step));
+          feed.checkpoints.erase(rec.step);
+        }
+        lk.unlock();
+        if (rec.step % spec.trace_every == 0 || rec.step + 1 == spec.steps) {
+          trace.step.append(std::vector<std::int64_t>{rec.step});
+          trace.ref_loss.append(std::vector<double>{ref_loss});
+          for (std::size_t r = 0; r < R; ++r) {
+            Trace::Run& t = trace.runs[r];
+            t.loss.append(std::vector<double>{rec.loss[r]});
+            t.gap.append(std::vector<double>{ref_loss != 0 ? (rec.loss[r] - ref_loss) / ref_loss : 0.0});
+            t.lost.append(rec.lost[r]);
+            std::vector<double> nmse, clip, under, zero;
+            for (const OperandRecord& o : rec.ops[r]) {
+              nmse.push_back(o.nmse), clip.push_back(o.clipped_fraction), under.push_back(o.underflow_fraction);
+              zero.push_back(o.zero_scale_fraction);
+            }
+            t.nmse.append(nmse), t.clipped.append(clip), t.underflow.append(under), t.zero_scales.append(zero);
+          }
+          ++records;
+        }
+        if (rec.weights) {
+          trace.compare_step.append(std::vector<std::int64_t>{rec.step + 1});
+          compared_steps.push_back(rec.step + 1);
+          for (std::size_t r = 0; r < R; ++r) {
+            std::vector<double> e(static_cast<std::size_t>(L));
+            for (int l = 0; l < L; ++l) e[static_cast<std::size_t>(l)] = rel_error((*rec.weights)[r][static_cast<std::size_t>(l)], (*ref_w)[static_cast<std::size_t>(l)]);
+            trace.runs[r].weight_error.append(e);
+          }
+          ++compares;
+        }
+        if (rec.checkpoint) {
+          h5::Group ck = root.open_group("mlp/checkpoint");
+          write_mlp_state(ck, "reference", *ref_ck, false);
+          for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), (*rec.checkpoint)[r], false);
+          ck.set_attr("step", rec.step + 1);
+          ck.set_attr("records", static_cast<std::int64_t>(records));
+          ck.set_attr("compares", static_cast<std::int64_t>(compares));
+          trace.file.flush();
+        }
+        if (ctl.progress) ctl.progress(rec.step + 1, spec.steps);
+        pending.pop_front();
+        lk.lock();
+      }
+    };
+
+    for (std::int64_t s = start; s < spec.steps; ++s) {
+      if (ctl.stop && ctl.stop->load()) {
+        drain(false, s);
+        root.set_attr("status", std::string("interrupted"));
+        trace.file.flush();
+        return MlpRunOutcome::Interrupted;
+      }
+      Record rec;
+      rec.step = s;
+      for (std::size_t r = 0; r < R; ++r) {
+        const StepStats st = train_step<float>(model, lp[r], gemms[r]->fn());
+        rec.loss.push_back(st.loss);
+        rec.lost.push_back(st.lost_update_fraction);
+        rec.ops.push_back(gemms[r]->records());
+      }
+      if (is_compare(s)) {
+        rec.weights.emplace();
+        for (const auto& st : lp) rec.weights->push_back(st.w);
+      }
+      if (is_flush(s)) rec.checkpoint = lp;
+      pending.push_back(std::move(rec));
+      drain(pending.size() > static_cast<std::size_t>(spec.queue), s - spec.queue);
+    }
+    drain(true, spec.steps);
+    for (std::size_t r = 0; r < R; ++r) {
+      const std::vector<double> e = trace.runs[r].weight_error.read<double>();
+      // Growth exponent of the accumulated weight error, last layer, over the whole run.
+      std::vector<double> last(compared_steps.size());
+      for (std::size_t i = 0; i < compared_steps.size(); ++i) last[i] = e[i * static_cast<std::size_t>(L) + static_cast<std::size_t>(L - 1)];
+      root.open_group(run_group(spec.recipes[r])).set_attr("weight_error_growth_exponent", growth_exponent(compared_steps, last));
+    }
+    root.set_attr("status", std::string("complete"));
+    trace.file.flush();
+    return MlpRunOutcome::Complete;
+  } catch (...) {
+    try {
+      root.set_attr("status", std::string("failed"));
+      trace.file.flush();
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+}  // namespace fp4d

@@ -1,0 +1,62 @@
+// The `mlp` workload of `fp4drift run` (issue 5): low-precision training runs (one per recipe)
+// beside a double-precision reference that sees the same data from the same initialisation,
+// with the trace written as it goes (docs/trace-format.md, "run", workload mlp).
+//
+//   workload = "mlp"
+//   [mlp]        model, data and optimizer (sim/mlp.hpp's MlpSpec; keys named as its fields)
+//   steps = 500
+//   [recipes]    names = ["nvfp4", "bf16"]; high_precision_layers = [0, 3]; edge_recipe = "bf16"
+//   [reference]  compare_every = 10   (weights compared every k steps; losses every record)
+//                queue = 64           (records the low-precision runs may be ahead of the reference)
+//   [trace]      every = 1, flush_every = 100 (flush + checkpoint)
+//
+// Threads: the reference trains in its own thread; the low-precision runs go ahead and keep
+// their records in a bounded queue until the reference has reached the same step, and wait
+// only when that queue is full (so a slow reference stalls them by at most `queue` steps).
+// Files: the trace is written under its final name with status "running" and flushed with a
+// checkpoint every flush_every steps; a stop (SIGINT/SIGTERM) flushes and sets "interrupted",
+// an error sets "failed", the end "complete". --resume reopens it, drops the records after
+// the last checkpoint and continues from there bit-exactly (data and SR draws are functions
+// of (seed, step), the checkpoint holds every weight and optimizer state).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/mlp.hpp"
+#include "sim/recipe_gemm.hpp"
+#include "util/config.hpp"
+
+namespace fp4d {
+
+struct MlpRunSpec {
+  MlpSpec model;
+  std::int64_t steps = 500;
+  std::vector<std::string> recipes{"nvfp4", "bf16"};
+  std::vector<int> high_precision_layers;
+  std::string edge_recipe = "bf16";
+  std::int64_t compare_every = 10, queue = 64;
+  std::int64_t trace_every = 1, flush_every = 100;
+};
+// Reads [mlp], [recipes], [reference], [trace] (every key checked); steps > 0 overrides.
+MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps = 0);
+
+struct MlpRunControl {
+  std::string path;                      // the trace
+  std::string config_text, config_source, command_line;
+  bool resume = false;
+  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: flush and return
+  // Progress: called after each written record with (step done, total steps).
+  std::function<void(std::int64_t, std::int64_t)> progress;
+  QuantizedProduct product;              // the backend's GEMM (empty: CPU emulation)
+  std::string backend = "cpu";
+};
+
+enum class MlpRunOutcome { Complete, Interrupted };
+// Throws on errors (after marking the trace "failed" when it exists).
+MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl);
+
+}  // namespace fp4d

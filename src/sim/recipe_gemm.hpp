@@ -1,0 +1,59 @@
+// The GEMMs of a low-precision training run under a recipe (issue 5): each call of the MLP's
+// GemmFn quantizes its two operands as the recipe says (gemm_operand_spec: NVFP4 16x16
+// weights, RHT-16 on the Wgrad operands, SR on gradients, ...) and multiplies them with the
+// CPU emulation (gemm_emulated.hpp) or a backend's product (the CUDA tensor-core GEMM).
+//
+// Recipes: every GEMM recipe of gemm_experiment.hpp (bf16, fp8, fp8-tensor, mxfp4*, nvfp4 and
+// its -no-sr/-no-rht/-no-2d/-sr8 ablations) and `fp32` (no quantization: the plain float32
+// product, ascending k - the "every format set to FP32" run). `high_precision_layers` keeps
+// the listed layers in `edge_recipe` (BF16 by default), as the NVFP4 paper keeps the first and
+// last layers; it applies to recipes below BF16 only (fp32 and bf16 runs ignore it).
+//
+// SR draws: the seed is mixed with the step and the stream encodes (layer, role, operand), so
+// every quantization of a run draws different bits, and the same ones when the run is resumed.
+// The quantization statistics of the last call of every (layer, role, operand) are kept for
+// the trace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/quantized.hpp"
+#include "sim/gemm_experiment.hpp"
+#include "sim/mlp.hpp"
+
+namespace fp4d {
+
+struct RecipeGemmOptions {
+  std::string recipe = "nvfp4";           // a GEMM recipe name or "fp32"
+  std::string edge_recipe = "bf16";
+  std::vector<int> high_precision_layers;  // layers run with edge_recipe
+  std::uint64_t seed = 0;
+  QuantizedProduct product;               // empty: the CPU emulation
+};
+
+// Statistics slot of an operand: layer * 6 + role * 2 + operand (0 = first, 1 = second).
+struct OperandRecord {
+  double nmse = 0, bias = 0, clipped_fraction = 0, underflow_fraction = 0;
+  double zero_scale_fraction = 0, subnormal_scale_fraction = 0;  // of the blocks
+};
+
+class RecipeGemm {
+ public:
+  // Throws std::invalid_argument for an unknown recipe name.
+  RecipeGemm(RecipeGemmOptions opt, int layers);
+  Matrix operator()(const GemmCall& call, const Matrix& first, const Matrix& second);
+  GemmFn fn();  // a GemmFn that calls *this (which must outlive it)
+  const std::vector<OperandRecord>& records() const { return records_; }
+  const std::string& recipe_name(int layer) const;  // the recipe a layer runs with
+
+ private:
+  RecipeGemmOptions opt_;
+  int layers_;
+  bool plain_fp32_ = false;
+  GemmRecipe recipe_{}, edge_{};
+  std::vector<OperandRecord> records_;
+};
+
+}  // namespace fp4d
