@@ -115,17 +115,8 @@ void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& 
 }
 
 int run_gemm(const GemmArgs& a, const std::string& command_line) {
-  if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+  require_backend(a.backend);
   if (a.fp8_fast_accumulation && a.backend != "cuda") throw UsageError("--fp8-fast-accumulation needs --backend cuda");
-#if defined(FP4DRIFT_WITH_CUDA)
-  if (a.backend == "cuda") {
-    std::string why;
-    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
-  }
-#else
-  if (a.backend == "cuda")
-    throw UsageError("--backend cuda: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
-#endif
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
   if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
   GemmOperands ops;

@@ -131,16 +131,7 @@ void print_json(std::ostream& os, const std::string& source, const std::string& 
 }
 
 int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given) {
-  if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
-#if defined(FP4DRIFT_WITH_CUDA)
-  if (a.backend == "cuda") {
-    std::string why;
-    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
-  }
-#else
-  if (a.backend == "cuda")
-    throw UsageError("--backend cuda: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
-#endif
+  require_backend(a.backend);
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
   if (!a.recipes.empty() && custom_given)

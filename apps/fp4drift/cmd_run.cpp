@@ -22,7 +22,6 @@
 #include "trace/h5.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/gemm_cuda.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
 #endif
 #include "trace/output_file.hpp"
 #include "util/config.hpp"
@@ -105,6 +104,7 @@ class Progress {
 };
 
 int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
+  require_backend(a.backend);
   if (a.out.empty()) throw UsageError("workload 'mlp' needs --out FILE: the trace is the run's result");
   if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
   if (!a.resume && std::filesystem::exists(a.out))
@@ -120,13 +120,8 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.backend = a.backend;
   ctl.stop = &g_stop;
 #if defined(FP4DRIFT_WITH_CUDA)
-  if (a.backend == "cuda") {
-    std::string why;
-    if (!cuda::device_available(&why)) throw UsageError("--backend cuda: no usable CUDA device (" + why + ")");
+  if (a.backend == "cuda")  // checked by require_backend
     ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };
-  }
-#else
-  if (a.backend == "cuda") throw UsageError("--backend cuda: this fp4drift was built without CUDA");
 #endif
   Progress progress;
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
@@ -175,7 +170,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
 
 int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
-  if (a.backend != "cpu" && a.backend != "cuda") throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+  if (a.backend != "cuda") require_backend(a.backend);  // cuda: checked per workload below
   if (a.steps < 0) throw UsageError("--steps must be positive");
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");

@@ -27,4 +27,8 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// --backend: "cpu" or "cuda"; cuda needs a CUDA build and a usable device (UsageError with
+// the reason otherwise). backend.cpp.
+void require_backend(const std::string& backend);
+
 }  // namespace fp4d::cli

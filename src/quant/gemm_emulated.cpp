@@ -30,15 +30,6 @@ struct Operand {
   std::vector<int> exps;     // rows x nb (MXFP4)
 };
 
-const char* scheme_name(Scheme s) {
-  switch (s) {
-    case Scheme::Nvfp4: return "nvfp4";
-    case Scheme::Mxfp4: return "mxfp4";
-    case Scheme::Fp8: return "fp8";
-    case Scheme::Cast:
-    default: return "cast";
-  }
-}
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("emulated gemm: " + what);
@@ -46,8 +37,8 @@ void require(bool ok, const std::string& what) {
 
 void check_pair(const QuantizedTensor& A, const QuantizedTensor& B, Scheme s) {
   require(A.spec.scheme == s && B.spec.scheme == s,
-          std::string("both operands must be ") + scheme_name(s) + " (got " + scheme_name(A.spec.scheme) + " and " +
-              scheme_name(B.spec.scheme) + ")");
+          std::string("both operands must be ") + to_string(s) + " (got " + to_string(A.spec.scheme) + " and " +
+              to_string(B.spec.scheme) + ")");
   require(A.cols == B.cols, "K mismatch in the stored orientation: A is " + std::to_string(A.rows) + " x " +
                                 std::to_string(A.cols) + ", B is " + std::to_string(B.rows) + " x " +
                                 std::to_string(B.cols) + " (C = A B^T needs equal column counts)");

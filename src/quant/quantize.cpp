@@ -27,15 +27,6 @@ void mxfp4_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, b
 void fp8_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { fp8_quantize_cpu(x, s, q, d); }
 void cast_cpu_kernel(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool) { cast_quantize_cpu(x, s, q); }
 
-const char* scheme_word(Scheme s) {
-  switch (s) {
-    case Scheme::Nvfp4: return "nvfp4";
-    case Scheme::Mxfp4: return "mxfp4";
-    case Scheme::Fp8: return "fp8";
-    case Scheme::Cast:
-    default: return "cast";
-  }
-}
 }  // namespace
 
 QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec) {
@@ -59,7 +50,7 @@ QuantizedTensor quantize_with_kernels(const Matrix& input, const QuantSpec& spec
     case Scheme::Cast: kernel = kernels.cast; break;
   }
   if (!kernel)
-    throw std::invalid_argument(format_string(spec) + " has no " + backend_name + " kernel (" + scheme_word(spec.scheme) +
+    throw std::invalid_argument(format_string(spec) + " has no " + backend_name + " kernel (" + to_string(spec.scheme) +
                                 " does not run on that backend)");
   QuantizedTensor q;
   q.spec = spec;

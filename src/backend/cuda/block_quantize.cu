@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/block_quantize.hpp"
+#include "backend/cuda/cuda_util.cuh"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
@@ -27,24 +28,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  std::size_t n = 0;
-  DeviceBuffer(std::size_t count, const char* what) : n(count) {
-    check(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T)), what);
-    check(cudaMemset(p, 0, std::max<std::size_t>(1, n) * sizeof(T)), what);
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const T* h) { check(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy (upload)"); }
-  void download(T* h) const { check(cudaMemcpy(h, p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy (download)"); }
-};
 
 // The block grid, as quant/tiles.hpp's TileGrid (br = rows, bc = cols for one scale per tensor).
 struct Grid {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/bench_data.cuh"
+#include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/gemm_cuda.hpp"
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "format/bf16.hpp"
@@ -28,44 +29,13 @@ namespace fp4d::cuda {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
+using fp4d::cuda::check;  // the CUDA overload (cuda_util.cuh) beside the cuBLAS one below
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("cuBLASLt error in ") + what + ": " + cublasLtGetStatusString(s));
 }
 
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  std::size_t n = 0;
-  DeviceBuffer(std::size_t count, const char* what) : n(count) { check(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T)), what); }
-  explicit DeviceBuffer(const std::vector<T>& host, const char* what) : DeviceBuffer(host.size(), what) {
-    check(cudaMemcpy(p, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), what);
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
-struct EventPair {
-  cudaEvent_t a = nullptr, b = nullptr;
-  EventPair() {
-    check(cudaEventCreate(&a), "cudaEventCreate");
-    check(cudaEventCreate(&b), "cudaEventCreate");
-  }
-  ~EventPair() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  float ms() const {
-    check(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    return t;
-  }
-};
 
 // One cuBLASLt handle and workspace per process. Deliberately never destroyed: a static
 // destructor would run after the CUDA runtime has torn the context down.
@@ -188,15 +158,6 @@ void lt_matmul(const LtGemm& g, cudaStream_t stream) { LtPlan(g).run(stream); }
 
 std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
-const char* scheme_name(Scheme s) {
-  switch (s) {
-    case Scheme::Nvfp4: return "nvfp4";
-    case Scheme::Mxfp4: return "mxfp4";
-    case Scheme::Fp8: return "fp8";
-    case Scheme::Cast:
-    default: return "cast";
-  }
-}
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("gemm --backend cuda: " + what);
@@ -213,7 +174,7 @@ cudaDataType_t fp8_type(const QuantizedTensor& q) { return q.spec.element == Ele
 
 PathInfo path_of(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGemmOptions& opt) {
   require(A.spec.scheme == B.spec.scheme, std::string("both operands must use the same scheme (got ") +
-                                              scheme_name(A.spec.scheme) + " and " + scheme_name(B.spec.scheme) + ")");
+                                              to_string(A.spec.scheme) + " and " + to_string(B.spec.scheme) + ")");
   require(A.cols == B.cols, "K mismatch in the stored orientation (" + std::to_string(A.cols) + " vs " +
                                 std::to_string(B.cols) + ")");
   PathInfo p;
@@ -221,7 +182,7 @@ PathInfo path_of(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGe
     case Scheme::Nvfp4:
     case Scheme::Mxfp4:
       p.kind = PathInfo::Fp4ViaBf16;
-      p.name = std::string(scheme_name(A.spec.scheme)) + ": elements x block scales decoded to BF16 (exact), cuBLASLt BF16 GEMM, FP32 accumulation" +
+      p.name = std::string(to_string(A.spec.scheme)) + ": elements x block scales decoded to BF16 (exact), cuBLASLt BF16 GEMM, FP32 accumulation" +
                (A.spec.scheme == Scheme::Nvfp4 ? ", global scale as epilogue alpha" : "");
       return p;
     case Scheme::Cast:
@@ -278,7 +239,7 @@ std::vector<std::uint16_t> unscaled_bf16_operand(const QuantizedTensor& q, std::
       const std::uint32_t bits = float_bits(f);
       if (static_cast<double>(f) != v || (bits & 0xffffu) != 0 || !std::isfinite(f))
         throw std::domain_error("element (" + std::to_string(r) + ", " + std::to_string(k) + ") = " + std::to_string(v) +
-                                " of the " + scheme_name(q.spec.scheme) +
+                                " of the " + to_string(q.spec.scheme) +
                                 " operand is not exactly representable in BF16: no exact GPU path");
       out[static_cast<std::size_t>(r * ld + k)] = static_cast<std::uint16_t>(bits >> 16);
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/bench_data.cuh"
+#include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
@@ -37,9 +38,6 @@ constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64
 // 4 blocks spills and was slower for RNE).
 constexpr int kQuantizeMinBlocks = 3;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 // Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
 __device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
@@ -279,14 +277,6 @@ void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& 
   check(cudaGetLastError(), "dual_quantize_kernel launch");
 }
 
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(std::size_t n) { check(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 std::uint32_t sign_mask(const RhtSpec& r) {
   const std::vector<float> s = rht_signs(r);

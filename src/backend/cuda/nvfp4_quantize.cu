@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
@@ -38,30 +39,8 @@ namespace {
 constexpr int kBlock = 16;
 constexpr int kThreads = 256;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  DeviceBuffer(std::size_t n, const char* what) { check(cudaMalloc(&p, n * sizeof(T) + 16), what); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
-struct EventPair {
-  cudaEvent_t a = nullptr, b = nullptr;
-  EventPair() {
-    check(cudaEventCreate(&a), "cudaEventCreate");
-    check(cudaEventCreate(&b), "cudaEventCreate");
-  }
-  ~EventPair() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-};
 
 // Arguments shared by the quantize kernels. Pointers other than codes/scales may be null.
 struct QuantArgs {

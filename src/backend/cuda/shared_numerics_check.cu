@@ -15,13 +15,12 @@
 #include "quant/mxfp4_math.hpp"
 #include "quant/nvfp4_math.hpp"
 
+#include "backend/cuda/cuda_util.cuh"
+
 namespace fp4d::cuda {
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
 
 __global__ void nvfp4_blocks_kernel(const float* x, int blocks, GlobalScale g, RoundingSpec r, unsigned char* codes,
                                     unsigned char* scales) {
@@ -50,12 +49,6 @@ __global__ void formats_kernel(const float* x, int n, unsigned char* out) {
   out[4 * i + 3] = static_cast<unsigned char>(bf16_rne_bits(x[i]) >> 8);
 }
 
-template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(std::size_t n) { check(cudaMalloc(&p, n * sizeof(T) + 1), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(p); }
-};
 
 }  // namespace
 
