@@ -133,7 +133,34 @@ struct Record {
   std::vector<std::vector<OperandRecord>> ops;  // per run, per slot
   std::optional<std::vector<std::vector<std::vector<float>>>> weights;  // compare step: per run, per layer
   std::optional<std::vector<MlpState<float>>> checkpoint;               // flush step: states at step + 1
+  // compare step, per run and layer: the local-error probe (see local_error)
+  std::optional<std::vector<std::vector<double>>> grad_cosine, grad_error;
 };
+
+// The local error at a run's own weights W (after step s): the gradient the recipe computes on
+// batch s + 1 (the one the run uses next) against the exact gradient at the same W in double;
+// per layer cosine and ||g_q - g|| / ||g||. The error injected by one step's quantization,
+// apart from the error the weights accumulated before it.
+void local_error(const MlpSpec& model, const std::vector<std::vector<float>>& w, std::int64_t batch, const GemmFn& gemm,
+                 std::vector<double>* cosine, std::vector<double>* rel) {
+  std::vector<std::vector<double>> wd(w.size());
+  for (std::size_t l = 0; l < w.size(); ++l) wd[l].assign(w[l].begin(), w[l].end());
+  std::vector<std::vector<double>> g;
+  std::vector<std::vector<float>> gq;
+  loss_and_gradients<double>(model, wd, batch, nullptr, &g);
+  loss_and_gradients<float>(model, w, batch, gemm, &gq);
+  cosine->assign(w.size(), 0.0);
+  rel->assign(w.size(), 0.0);
+  for (std::size_t l = 0; l < w.size(); ++l) {
+    double dot = 0, nq = 0, ne = 0, nd = 0;
+    for (std::size_t i = 0; i < g[l].size(); ++i) {
+      const double q = gq[l][i], e = g[l][i];
+      dot += q * e, nq += q * q, ne += e * e, nd += (q - e) * (q - e);
+    }
+    (*cosine)[l] = nq > 0 && ne > 0 ? dot / std::sqrt(nq * ne) : 0.0;
+    (*rel)[l] = ne > 0 ? std::sqrt(nd / ne) : std::sqrt(nd);
+  }
+}
 
 // The trace's datasets.
 struct Trace {
@@ -141,7 +168,7 @@ struct Trace {
   h5::Appendable<std::int64_t> step, compare_step;
   h5::Appendable<double> ref_loss;
   struct Run {
-    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error;
+    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error;
   };
   std::vector<Run> runs;
 };
@@ -213,7 +240,9 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                    root.create_appendable<double>(g + "/operand_clipped_fraction", {L * 6}),
                    root.create_appendable<double>(g + "/operand_underflow_fraction", {L * 6}),
                    root.create_appendable<double>(g + "/operand_zero_scale_fraction", {L * 6}),
-                   root.create_appendable<double>(g + "/weight_rel_error", {L})};
+                   root.create_appendable<double>(g + "/weight_rel_error", {L}),
+                   root.create_appendable<double>(g + "/grad_cosine", {L}),
+                   root.create_appendable<double>(g + "/grad_rel_error", {L})};
     t.runs.push_back(run);
   }
   return t;
@@ -239,7 +268,9 @@ Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                                 root.open_appendable<double>(g + "/operand_clipped_fraction"),
                                 root.open_appendable<double>(g + "/operand_underflow_fraction"),
                                 root.open_appendable<double>(g + "/operand_zero_scale_fraction"),
-                                root.open_appendable<double>(g + "/weight_rel_error")});
+                                root.open_appendable<double>(g + "/weight_rel_error"),
+                                root.open_appendable<double>(g + "/grad_cosine"),
+                                root.open_appendable<double>(g + "/grad_rel_error")});
   }
   return t;
 }
@@ -285,6 +316,8 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       for (Trace::Run& t : trace.runs) {
         for (auto* a : {&t.loss, &t.gap, &t.lost, &t.nmse, &t.clipped, &t.underflow, &t.zero_scales}) a->truncate(records);
         t.weight_error.truncate(compares);
+        t.grad_cosine.truncate(compares);
+        t.grad_error.truncate(compares);
       }
       root.set_attr("status", std::string("running"));
       root.set_attr("resumed_at_step", start);
@@ -391,6 +424,8 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
             std::vector<double> e(static_cast<std::size_t>(L));
             for (int l = 0; l < L; ++l) e[static_cast<std::size_t>(l)] = rel_error((*rec.weights)[r][static_cast<std::size_t>(l)], (*ref_w)[static_cast<std::size_t>(l)]);
             trace.runs[r].weight_error.append(e);
+            trace.runs[r].grad_cosine.append((*rec.grad_cosine)[r]);
+            trace.runs[r].grad_error.append((*rec.grad_error)[r]);
           }
           ++compares;
         }
@@ -426,7 +461,12 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       }
       if (is_compare(s)) {
         rec.weights.emplace();
-        for (const auto& st : lp) rec.weights->push_back(st.w);
+        rec.grad_cosine.emplace(R);
+        rec.grad_error.emplace(R);
+        for (std::size_t r = 0; r < R; ++r) {
+          rec.weights->push_back(lp[r].w);
+          local_error(model, lp[r].w, s + 1, gemms[r]->fn(), &(*rec.grad_cosine)[r], &(*rec.grad_error)[r]);
+        }
       }
       if (is_flush(s)) rec.checkpoint = lp;
       pending.push_back(std::move(rec));

@@ -367,6 +367,15 @@ TEST_CASE("run mlp: a complete trace with every record, the fp32 run next to the
   CHECK(w32.back() < 1e-4);
   CHECK(w32.back() > 0);
   CHECK(werr.back() > 100 * w32.back());
+  // The local-error probe at each run's own weights: the fp32 gradient is the exact one up to
+  // float32 rounding (reductions <= 32 long, two layers: well below 1e-5 relative), NVFP4's
+  // 4-bit operands move it by percents.
+  const std::vector<double> gc32 = root.read<double>("mlp/runs/fp32/grad_cosine", &dims);
+  CHECK(dims == fp4d::h5::Dims{6, 2});
+  for (const double c : gc32) CHECK(c > 1 - 1e-9);
+  for (const double e : root.read<double>("mlp/runs/fp32/grad_rel_error")) CHECK(e < 1e-5);
+  const std::vector<double> gerr4 = root.read<double>("mlp/runs/nvfp4/grad_rel_error");
+  CHECK(gerr4.back() > 1e-2);  // layer 1 (NVFP4)
   // The nvfp4 run recorded its operands' quantization error; layer 0 runs in BF16 (edge).
   const std::vector<double> nmse = root.read<double>("mlp/runs/nvfp4/operand_nmse", &dims);
   CHECK(dims == fp4d::h5::Dims{30, 12});
