@@ -1,6 +1,10 @@
 // The `mlp` workload (sim/mlp.hpp); numerics in docs/numerics.md section 8d.
 #include "sim/mlp.hpp"
 
+#if defined(__FMA__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -112,9 +116,57 @@ struct Vec32<double> {
   using type = VecD4;
 };
 
+#if defined(__FMA__) && defined(__AVX2__)
+// The double reference's GEMM on FMA hardware: c_ij = fma(a_ip, b_pj, c_ij) for p ascending -
+// still one fixed order per element (so identical for any thread count), each step rounded
+// once (FMA), a 6 x 8 tile of C in 12 of the 16 ymm registers. The float run keeps the
+// unfused kernel below (its results are compared bit for bit with the emulated GEMMs').
+void gemm_kn_fma(const double* __restrict a, const double* __restrict b, double* __restrict c, std::int64_t m,
+                 std::int64_t k, std::int64_t n) {
+  constexpr std::int64_t IB = 6, JB = 8;
+  const std::int64_t row_blocks = (m + IB - 1) / IB;
+#pragma omp parallel for schedule(static) if (m * k * n > (1 << 18))
+  for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
+    const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
+    for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
+      const std::int64_t nj = std::min(JB, n - j0);
+      if (ni == IB && nj == JB) {
+        __m256d acc[IB][2];
+        for (auto& row : acc) row[0] = row[1] = _mm256_setzero_pd();
+        for (std::int64_t p = 0; p < k; ++p) {
+          const __m256d b0 = _mm256_loadu_pd(b + p * n + j0), b1 = _mm256_loadu_pd(b + p * n + j0 + 4);
+          for (std::int64_t ii = 0; ii < IB; ++ii) {
+            const __m256d av = _mm256_broadcast_sd(a + (i0 + ii) * k + p);
+            acc[ii][0] = _mm256_fmadd_pd(av, b0, acc[ii][0]);
+            acc[ii][1] = _mm256_fmadd_pd(av, b1, acc[ii][1]);
+          }
+        }
+        for (std::int64_t ii = 0; ii < IB; ++ii) {
+          _mm256_storeu_pd(c + (i0 + ii) * n + j0, acc[ii][0]);
+          _mm256_storeu_pd(c + (i0 + ii) * n + j0 + 4, acc[ii][1]);
+        }
+      } else {
+        for (std::int64_t i = i0; i < i0 + ni; ++i) {
+          double* __restrict ci = c + i * n + j0;
+          for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = 0.0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const double aip = a[i * k + p];
+            const double* __restrict bp = b + p * n + j0;
+            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = std::fma(aip, bp[jj], ci[jj]);
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
 template <class T>
 void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
              std::int64_t n) {
+#if defined(__FMA__) && defined(__AVX2__)
+  if constexpr (std::is_same_v<T, double>) return gemm_kn_fma(a, b, c, m, k, n);
+#endif
   // Register blocking with GCC/Clang vector types (element-wise IEEE operations, so each lane
   // is exactly the scalar recurrence): a tile of IB rows x NV vectors of C stays in
   // accumulators while p runs. Edges use the plain loop with the same per-element order.

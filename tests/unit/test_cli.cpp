@@ -410,3 +410,10 @@ TEST_CASE("run mlp: output rules and config errors") {
     require_no_output(other);
   }
 }
+
+TEST_CASE("bench mlp-ref runs and reports the fraction of Eigen's double GEMM rate") {
+  const Result r = run("bench mlp-ref --width 32 --batch 32 --repeat 1 --json");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("\"fraction_of_eigen\":") != std::string::npos);
+  CHECK(run("bench mlp-ref --width 4").status == 2);
+}
