@@ -478,7 +478,23 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       // Growth exponent of the accumulated weight error, last layer, over the whole run.
       std::vector<double> last(compared_steps.size());
       for (std::size_t i = 0; i < compared_steps.size(); ++i) last[i] = e[i * static_cast<std::size_t>(L) + static_cast<std::size_t>(L - 1)];
-      root.open_group(run_group(spec.recipes[r])).set_attr("weight_error_growth_exponent", growth_exponent(compared_steps, last));
+      h5::Group g = root.open_group(run_group(spec.recipes[r]));
+      g.set_attr("weight_error_growth_exponent", growth_exponent(compared_steps, last));
+      // Divergence: the first recorded step whose loss is not finite (-1: none).
+      const std::vector<double> loss = trace.runs[r].loss.read<double>();
+      const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
+      std::int64_t first_bad = -1;
+      for (std::size_t i = 0; i < loss.size() && first_bad < 0; ++i)
+        if (!std::isfinite(loss[i])) first_bad = steps[i];
+      g.set_attr("first_nonfinite_step", first_bad);
+    }
+    {
+      const std::vector<double> loss = trace.ref_loss.read<double>();
+      const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
+      std::int64_t first_bad = -1;
+      for (std::size_t i = 0; i < loss.size() && first_bad < 0; ++i)
+        if (!std::isfinite(loss[i])) first_bad = steps[i];
+      root.open_group("mlp/reference").set_attr("first_nonfinite_step", first_bad);
     }
     root.set_attr("status", std::string("complete"));
     trace.file.flush();

@@ -417,3 +417,21 @@ TEST_CASE("bench mlp-ref runs and reports the fraction of Eigen's double GEMM ra
   CHECK(r.out.find("\"fraction_of_eigen\":") != std::string::npos);
   CHECK(run("bench mlp-ref --width 4").status == 2);
 }
+
+TEST_CASE("run mlp: a diverging run is reported as such, with the step") {
+  TempDir d;
+  // SGD with lr = 100 on this MSE problem multiplies the weights' error by far more than 1 per
+  // step: the loss overflows within a few steps in float32 and in double.
+  const std::string cfg = write_text(d, "div.toml",
+                                     "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 60\n"
+                                     "lr = 100.0\n[recipes]\nnames = [\"fp32\"]\n");
+  const Result r = run("run " + cfg + " --out " + d.file("div.h5"));
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("fp32                   diverged: the loss is not finite from step") != std::string::npos);
+  CHECK(r.out.find("the reference itself diverged") != std::string::npos);
+  fp4d::h5::File f = fp4d::h5::File::open_read(d.file("div.h5"));
+  const std::int64_t at = f.root().open_group("mlp/runs/fp32").get_attr_int64("first_nonfinite_step");
+  CHECK(at > 0);
+  CHECK(at < 60);
+  CHECK(f.root().open_group("mlp/reference").get_attr_int64("first_nonfinite_step") > 0);
+}
