@@ -85,6 +85,8 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   }
   r.compare_every = cfg.get_int("reference.compare_every", r.compare_every);
   cfg.require(r.compare_every >= 1, "reference.compare_every", "must be >= 1");
+  r.probe_draws = cfg.get_int("reference.probe_draws", r.probe_draws);
+  cfg.require(r.probe_draws >= 1 && r.probe_draws <= 1024, "reference.probe_draws", "must be in [1, 1024]");
   r.queue = cfg.get_int("reference.queue", r.queue);
   cfg.require(r.queue >= 1, "reference.queue", "must be >= 1");
   const std::string precision = cfg.get_string("reference.precision", "double");
@@ -134,23 +136,49 @@ struct Record {
   std::optional<std::vector<std::vector<std::vector<float>>>> weights;  // compare step: per run, per layer
   std::optional<std::vector<MlpState<float>>> checkpoint;               // flush step: states at step + 1
   // compare step, per run and layer: the local-error probe (see local_error)
-  std::optional<std::vector<std::vector<double>>> grad_cosine, grad_error;
+  std::optional<std::vector<std::vector<double>>> grad_cosine, grad_error, grad_bias;
 };
 
 // The local error at a run's own weights W (after step s): the gradient the recipe computes on
 // batch s + 1 (the one the run uses next) against the exact gradient at the same W in double;
 // per layer cosine and ||g_q - g|| / ||g||. The error injected by one step's quantization,
 // apart from the error the weights accumulated before it.
+// With SR, `draws` independent quantizations of that gradient (SR seeds moved off the
+// training's by the draw index) give the bias of their mean, ||mean_d g_d - g|| / ||g||: what
+// SR leaves after averaging (-> 0 as draws grow if SR is unbiased, down to the deterministic
+// part of the error: clipping, RNE operands, the RHT, float32 arithmetic).
 void local_error(const MlpSpec& model, const std::vector<std::vector<float>>& w, std::int64_t batch, const GemmFn& gemm,
-                 std::vector<double>* cosine, std::vector<double>* rel) {
+                 int draws, std::vector<double>* cosine, std::vector<double>* rel, std::vector<double>* bias) {
   std::vector<std::vector<double>> wd(w.size());
   for (std::size_t l = 0; l < w.size(); ++l) wd[l].assign(w[l].begin(), w[l].end());
   std::vector<std::vector<double>> g;
   std::vector<std::vector<float>> gq;
   loss_and_gradients<double>(model, wd, batch, nullptr, &g);
   loss_and_gradients<float>(model, w, batch, gemm, &gq);
+  std::vector<std::vector<double>> mean(w.size());
+  for (std::size_t l = 0; l < w.size(); ++l) mean[l].assign(gq[l].begin(), gq[l].end());
+  for (int d = 1; d < draws; ++d) {
+    const GemmFn other = [&, d](const GemmCall& c, const Matrix& a, const Matrix& b) {
+      GemmCall moved = c;
+      moved.step = c.step + (static_cast<std::int64_t>(d) << 40);  // only the SR seed depends on it
+      return gemm(moved, a, b);
+    };
+    std::vector<std::vector<float>> gd;
+    loss_and_gradients<float>(model, w, batch, other, &gd);
+    for (std::size_t l = 0; l < w.size(); ++l)
+      for (std::size_t i = 0; i < gd[l].size(); ++i) mean[l][i] += gd[l][i];
+  }
   cosine->assign(w.size(), 0.0);
   rel->assign(w.size(), 0.0);
+  bias->assign(w.size(), 0.0);
+  for (std::size_t l = 0; l < w.size(); ++l) {
+    double nb = 0, ne = 0;
+    for (std::size_t i = 0; i < g[l].size(); ++i) {
+      const double m = mean[l][i] / draws - g[l][i];
+      nb += m * m, ne += g[l][i] * g[l][i];
+    }
+    (*bias)[l] = ne > 0 ? std::sqrt(nb / ne) : std::sqrt(nb);
+  }
   for (std::size_t l = 0; l < w.size(); ++l) {
     double dot = 0, nq = 0, ne = 0, nd = 0;
     for (std::size_t i = 0; i < g[l].size(); ++i) {
@@ -168,7 +196,8 @@ struct Trace {
   h5::Appendable<std::int64_t> step, compare_step;
   h5::Appendable<double> ref_loss;
   struct Run {
-    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error;
+    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error,
+        grad_bias;
   };
   std::vector<Run> runs;
 };
@@ -242,7 +271,8 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                    root.create_appendable<double>(g + "/operand_zero_scale_fraction", {L * 6}),
                    root.create_appendable<double>(g + "/weight_rel_error", {L}),
                    root.create_appendable<double>(g + "/grad_cosine", {L}),
-                   root.create_appendable<double>(g + "/grad_rel_error", {L})};
+                   root.create_appendable<double>(g + "/grad_rel_error", {L}),
+                   root.create_appendable<double>(g + "/grad_sr_mean_rel_error", {L})};
     t.runs.push_back(run);
   }
   return t;
@@ -270,7 +300,8 @@ Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                                 root.open_appendable<double>(g + "/operand_zero_scale_fraction"),
                                 root.open_appendable<double>(g + "/weight_rel_error"),
                                 root.open_appendable<double>(g + "/grad_cosine"),
-                                root.open_appendable<double>(g + "/grad_rel_error")});
+                                root.open_appendable<double>(g + "/grad_rel_error"),
+                                root.open_appendable<double>(g + "/grad_sr_mean_rel_error")});
   }
   return t;
 }
@@ -318,6 +349,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         t.weight_error.truncate(compares);
         t.grad_cosine.truncate(compares);
         t.grad_error.truncate(compares);
+        t.grad_bias.truncate(compares);
       }
       root.set_attr("status", std::string("running"));
       root.set_attr("resumed_at_step", start);
@@ -426,6 +458,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
             trace.runs[r].weight_error.append(e);
             trace.runs[r].grad_cosine.append((*rec.grad_cosine)[r]);
             trace.runs[r].grad_error.append((*rec.grad_error)[r]);
+            trace.runs[r].grad_bias.append((*rec.grad_bias)[r]);
           }
           ++compares;
         }
@@ -463,9 +496,11 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         rec.weights.emplace();
         rec.grad_cosine.emplace(R);
         rec.grad_error.emplace(R);
+        rec.grad_bias.emplace(R);
         for (std::size_t r = 0; r < R; ++r) {
           rec.weights->push_back(lp[r].w);
-          local_error(model, lp[r].w, s + 1, gemms[r]->fn(), &(*rec.grad_cosine)[r], &(*rec.grad_error)[r]);
+          local_error(model, lp[r].w, s + 1, gemms[r]->fn(), gemms[r]->uses_sr() ? static_cast<int>(spec.probe_draws) : 1,
+                      &(*rec.grad_cosine)[r], &(*rec.grad_error)[r], &(*rec.grad_bias)[r]);
         }
       }
       if (is_flush(s)) rec.checkpoint = lp;

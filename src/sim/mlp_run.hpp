@@ -8,6 +8,7 @@
 //   [recipes]    names = ["nvfp4", "bf16"]; high_precision_layers = [0, 3]; edge_recipe = "bf16"
 //   [reference]  compare_every = 10   (weights compared every k steps; losses every record)
 //                queue = 64           (records the low-precision runs may be ahead of the reference)
+//                probe_draws = 4      (SR draws of the local-error probe, recipes with SR only)
 //   [trace]      every = 1, flush_every = 100 (flush + checkpoint)
 //
 // Threads: the reference trains in its own thread; the low-precision runs go ahead and keep
@@ -39,6 +40,7 @@ struct MlpRunSpec {
   std::vector<int> high_precision_layers;
   std::string edge_recipe = "bf16";
   std::int64_t compare_every = 10, queue = 64;
+  std::int64_t probe_draws = 4;  // SR draws of the local-error probe's quantized gradient
   std::int64_t trace_every = 1, flush_every = 100;
 };
 // Reads [mlp], [recipes], [reference], [trace] (every key checked); steps > 0 overrides.

@@ -81,6 +81,10 @@ Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const M
   return gemm_block_scaled_emulated(qa, qb);
 }
 
+bool RecipeGemm::uses_sr() const {
+  return !plain_fp32_ && recipe_.kind == GemmRecipe::Kind::Nvfp4 && recipe_.sr_gradients;
+}
+
 GemmFn RecipeGemm::fn() {
   return [this](const GemmCall& c, const Matrix& a, const Matrix& b) { return (*this)(c, a, b); };
 }

@@ -47,6 +47,7 @@ class RecipeGemm {
   GemmFn fn();  // a GemmFn that calls *this (which must outlive it)
   const std::vector<OperandRecord>& records() const { return records_; }
   const std::string& recipe_name(int layer) const;  // the recipe a layer runs with
+  bool uses_sr() const;  // some operand is stochastically rounded (nvfp4 gradients)
 
  private:
   RecipeGemmOptions opt_;

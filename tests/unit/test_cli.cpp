@@ -376,6 +376,10 @@ TEST_CASE("run mlp: a complete trace with every record, the fp32 run next to the
   for (const double e : root.read<double>("mlp/runs/fp32/grad_rel_error")) CHECK(e < 1e-5);
   const std::vector<double> gerr4 = root.read<double>("mlp/runs/nvfp4/grad_rel_error");
   CHECK(gerr4.back() > 1e-2);  // layer 1 (NVFP4)
+  // Without SR there is one draw: the SR-mean error is the single-draw error itself. With SR
+  // (nvfp4 gradients) the 4 draws differ, so the mean differs from draw 0.
+  CHECK(root.read<double>("mlp/runs/fp32/grad_sr_mean_rel_error") == root.read<double>("mlp/runs/fp32/grad_rel_error"));
+  CHECK(root.read<double>("mlp/runs/nvfp4/grad_sr_mean_rel_error") != gerr4);
   // The nvfp4 run recorded its operands' quantization error; layer 0 runs in BF16 (edge).
   const std::vector<double> nmse = root.read<double>("mlp/runs/nvfp4/operand_nmse", &dims);
   CHECK(dims == fp4d::h5::Dims{30, 12});
