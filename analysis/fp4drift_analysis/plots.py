@@ -58,7 +58,7 @@ def plot_mlp(path: str, out: str) -> None:
         mean = np.where(nmse > 0, nmse, np.nan)
         with np.errstate(all="ignore"):
             a3.semilogy(r.step, np.nanmean(mean, axis=1), color=c, lw=0.8, label=run.name)
-    a0.set(xlabel="step", ylabel="loss (0.5 MSE)", title="loss")
+    a0.set(xlabel="step", ylabel="loss (0.5 MSE or cross-entropy)", title="loss")
     a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]", title="relative loss gap")
     a1.axhline(0, color="k", lw=0.5)
     a2.set(xlabel="step", ylabel="||W - W_ref||_F / ||W_ref||_F", title="last-layer weight error vs reference")

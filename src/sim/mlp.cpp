@@ -314,22 +314,52 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
     }
   }
 
-  // Loss 0.5 mean (Y - T)^2, accumulated in double in ascending element order.
   const std::int64_t out_w = s.widths.back();
   const auto& y = z[static_cast<std::size_t>(L) - 1];
+  std::vector<T> dz;
   double loss = 0.0;
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    const double d = static_cast<double>(y[i]) - static_cast<double>(batch.t.data[i]);
-    loss += d * d;
+  if (s.task == "classification") {
+    // Softmax cross-entropy against the teacher's argmax class. Loss in double; the gradient
+    // (softmax(Y) - onehot) / M in T, each row in ascending order (max, exp, sum, divide).
+    if (grads) dz.resize(y.size());
+    for (std::int64_t i = 0; i < M; ++i) {
+      const T* yi = y.data() + i * out_w;
+      const float* ti = batch.t.data.data() + i * out_w;
+      std::int64_t label = 0;
+      for (std::int64_t j = 1; j < out_w; ++j)
+        if (ti[j] > ti[label]) label = j;
+      double mx = static_cast<double>(yi[0]);
+      for (std::int64_t j = 1; j < out_w; ++j) mx = std::max(mx, static_cast<double>(yi[j]));
+      double se = 0.0;
+      for (std::int64_t j = 0; j < out_w; ++j) se += std::exp(static_cast<double>(yi[j]) - mx);
+      loss += (mx + std::log(se)) - static_cast<double>(yi[label]);
+      if (!grads) continue;
+      T m = yi[0];
+      for (std::int64_t j = 1; j < out_w; ++j) m = std::max(m, yi[j]);
+      T sum = T(0);
+      for (std::int64_t j = 0; j < out_w; ++j) sum = sum + std::exp(yi[j] - m);
+      for (std::int64_t j = 0; j < out_w; ++j) {
+        const T p = std::exp(yi[j] - m) / sum;
+        dz[static_cast<std::size_t>(i * out_w + j)] = (p - (j == label ? T(1) : T(0))) / static_cast<T>(M);
+      }
+    }
+    loss /= static_cast<double>(M);
+    if (!grads) return loss;
+    grads->assign(static_cast<std::size_t>(L), {});
+  } else {
+    // Loss 0.5 mean (Y - T)^2, accumulated in double in ascending element order.
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double d = static_cast<double>(y[i]) - static_cast<double>(batch.t.data[i]);
+      loss += d * d;
+    }
+    loss = 0.5 * loss / static_cast<double>(M * out_w);
+    if (!grads) return loss;
+    grads->assign(static_cast<std::size_t>(L), {});
+    // dZ_{L-1} = (Y - T) / (M out), in T.
+    const T denom = static_cast<T>(M * out_w);
+    dz.resize(y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (y[i] - static_cast<T>(batch.t.data[i])) / denom;
   }
-  loss = 0.5 * loss / static_cast<double>(M * out_w);
-  if (!grads) return loss;
-
-  grads->assign(static_cast<std::size_t>(L), {});
-  // dZ_{L-1} = (Y - T) / (M out), in T.
-  const T denom = static_cast<T>(M * out_w);
-  std::vector<T> dz(y.size());
-  for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (y[i] - static_cast<T>(batch.t.data[i])) / denom;
   for (int l = L - 1; l >= 0; --l) {
     const auto li = static_cast<std::size_t>(l);
     const std::int64_t in = s.widths[li], out = s.widths[li + 1];
@@ -375,6 +405,8 @@ void validate(const MlpSpec& s) {
     throw std::invalid_argument("mlp: " + field + " " + why);
   };
   if (s.widths.size() < 2) bad("widths", "needs at least 2 entries (input, output)");
+  if (s.task != "regression" && s.task != "classification") bad("task", "must be regression or classification");
+  if (s.task == "classification" && s.widths.back() < 2) bad("widths", "classification needs at least 2 outputs (classes)");
   for (std::size_t i = 0; i < s.widths.size(); ++i)
     if (s.widths[i] < 1) bad("widths", "entry " + std::to_string(i) + " must be >= 1");
   if (s.batch < 1) bad("batch", "must be >= 1");

@@ -11,7 +11,8 @@
 //   layer l (0-based, L layers): W_l is widths[l+1] x widths[l] (out x in), no bias;
 //   forward  Z_l = H_l W_l^T        (GemmRole::Fprop: first = H_l [M x in], second = W_l)
 //            H_{l+1} = act(Z_l) for l < L-1, the output Y = Z_{L-1} (linear last layer)
-//   loss     0.5 * mean over the batch and outputs of (Y - T)^2   (regression, MSE)
+//   loss     0.5 * mean over the batch and outputs of (Y - T)^2   (regression, MSE), or the
+//            softmax cross-entropy against the teacher's argmax class (classification)
 //   backward dZ_{L-1} = (Y - T) / (M * out)
 //            dW_l = dZ_l^T H_l      (GemmRole::Wgrad: first = H_l [M x in], second = dZ_l [M x out];
 //                                    the GemmFn returns in x out = dW_l^T, see GemmFn)
@@ -46,6 +47,10 @@ enum class Optimizer { Sgd, AdamW };
 struct MlpSpec {
   std::vector<std::int64_t> widths{64, 256, 256, 16};  // input, hidden..., output
   Activation activation = Activation::Relu;
+  // regression: loss 0.5 mean (Y - T)^2 against the teacher's outputs; classification: softmax
+  // cross-entropy against the class the teacher's logits rank first (argmax, lowest index on
+  // ties), loss = mean_i (logsumexp(Y_i) - Y_i,label), dZ = (softmax(Y) - onehot) / M.
+  std::string task = "regression";
   std::int64_t batch = 64;
   // Data
   std::uint64_t seed = 1;                  // data, teacher, initialisation

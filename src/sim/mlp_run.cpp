@@ -33,6 +33,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     return Activation::Relu;
   }();
   m.batch = cfg.get_int("mlp.batch", m.batch);
+  m.task = cfg.get_string("mlp.task", m.task);
   m.seed = static_cast<std::uint64_t>(cfg.get_int("mlp.seed", 1));
   m.teacher_width = cfg.get_int("mlp.teacher_width", m.teacher_width);
   m.outlier_fraction = cfg.get_double("mlp.outlier_fraction", m.outlier_fraction);

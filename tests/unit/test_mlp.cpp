@@ -60,6 +60,19 @@ TestForward test_forward(const MlpSpec& s, const Weights& w, std::int64_t step) 
         z[i * out + j] = acc;
       }
     if (l + 1 == L) {
+      if (s.task == "classification") {  // cross-entropy against the teacher's argmax, naive
+        double sum = 0;
+        for (std::int64_t i = 0; i < M; ++i) {
+          std::int64_t label = 0;
+          for (std::int64_t j = 1; j < out; ++j)
+            if (b.t.data[i * out + j] > b.t.data[i * out + label]) label = j;
+          double se = 0;
+          for (std::int64_t j = 0; j < out; ++j) se += std::exp(z[i * out + j]);
+          sum += std::log(se) - z[i * out + label];
+        }
+        r.loss = sum / static_cast<double>(M);
+        break;
+      }
       double sum = 0;
       for (std::size_t i = 0; i < z.size(); ++i) sum += (z[i] - b.t.data[i]) * (z[i] - b.t.data[i]);
       r.loss = 0.5 * sum / static_cast<double>(z.size());
@@ -122,8 +135,11 @@ MlpSpec small_spec() {
 //    by O(|g|) ~ 1e-3 .. 1e-1). Relu coordinates whose stencil w +- h changes the sign of
 //    any pre-activation are skipped explicitly (at most 10% allowed).
 TEST_CASE("mlp: backward pass matches central finite differences in double", "[mlp]") {
+  for (const char* task : {"regression", "classification"})
   for (const Activation act : {Activation::Relu, Activation::Gelu}) {
     MlpSpec s;
+    s.task = task;
+    INFO("task " << task);
     s.widths = {5, 7, 6, 3};
     s.batch = 4;
     s.teacher_width = 8;
@@ -441,6 +457,8 @@ TEST_CASE("mlp: validate rejects bad specs naming the field", "[mlp]") {
       {[](MlpSpec& s) { s.outlier_scale = 0; }, "outlier_scale"},
       {[](MlpSpec& s) { s.student_t_nu = -1; }, "student_t_nu"},
       {[](MlpSpec& s) { s.teacher_width = 0; }, "teacher_width"},
+      {[](MlpSpec& s) { s.task = "ranking"; }, "task"},
+      {[](MlpSpec& s) { s.task = "classification", s.widths = {8, 1}; }, "widths"},
   };
   for (const auto& c : cases) {
     MlpSpec s;
