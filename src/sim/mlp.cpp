@@ -96,11 +96,12 @@ std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
 }
 
 // ---- dense kernels in T ------------------------------------------------------------------
-// C (m x n) = A (m x k) B (k x n), all row-major. Every element is c = 0; c = c + a_ip b_pj for
-// p = 0, 1, ..., k-1 (ascending p, products and sums rounded in T, no FMA: the build has
-// -ffp-contract=off). The loop order i-p-j vectorises over j without reassociating any sum,
-// so the result does not depend on the SIMD width or on the OpenMP thread count (rows are
-// independent).
+// C (m x n) = A (m x k) B (k x n), all row-major. Every element is c = 0, then for p = 0, 1,
+// ..., k-1 (ascending) c = MulAdd<T>(c, a_ip, b_pj): c + a b rounded twice in T (the build
+// has -ffp-contract=off), except for the double reference on FMA hardware, where it is
+// fma(a, b, c), rounded once. The loop order i-p-j vectorises over j without reassociating
+// any sum, so the result does not depend on the SIMD width or on the OpenMP thread count
+// (rows are independent).
 // 32-byte GCC/Clang vector types (one AVX register; split into SSE halves without AVX).
 // Unaligned, may_alias: loaded and stored straight from the row-major arrays.
 typedef float VecF8 __attribute__((vector_size(32), aligned(4), may_alias));
@@ -116,63 +117,39 @@ struct Vec32<double> {
   using type = VecD4;
 };
 
+// One step of the recurrence, on a scalar or a vector of C, and the kernel's tile height
+// (rows of C held in registers, 2 vectors wide).
+template <class T>
+struct MulAdd {
+  using V = typename Vec32<T>::type;
+  static constexpr std::int64_t kRows = 4;
+  static T step(T c, T a, T b) { return c + a * b; }
+  static V step(V c, T a, V b) { return c + a * b; }
+};
 #if defined(__FMA__) && defined(__AVX2__)
-// The double reference's GEMM on FMA hardware: c_ij = fma(a_ip, b_pj, c_ij) for p ascending -
-// still one fixed order per element (so identical for any thread count), each step rounded
-// once (FMA), a 6 x 8 tile of C in 12 of the 16 ymm registers. The float run keeps the
-// unfused kernel below (its results are compared bit for bit with the emulated GEMMs').
-void gemm_kn_fma(const double* __restrict a, const double* __restrict b, double* __restrict c, std::int64_t m,
-                 std::int64_t k, std::int64_t n) {
-  constexpr std::int64_t IB = 6, JB = 8;
-  const std::int64_t row_blocks = (m + IB - 1) / IB;
-#pragma omp parallel for schedule(static) if (m * k * n > (1 << 18))
-  for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
-    const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
-    for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
-      const std::int64_t nj = std::min(JB, n - j0);
-      if (ni == IB && nj == JB) {
-        __m256d acc[IB][2];
-        for (auto& row : acc) row[0] = row[1] = _mm256_setzero_pd();
-        for (std::int64_t p = 0; p < k; ++p) {
-          const __m256d b0 = _mm256_loadu_pd(b + p * n + j0), b1 = _mm256_loadu_pd(b + p * n + j0 + 4);
-          for (std::int64_t ii = 0; ii < IB; ++ii) {
-            const __m256d av = _mm256_broadcast_sd(a + (i0 + ii) * k + p);
-            acc[ii][0] = _mm256_fmadd_pd(av, b0, acc[ii][0]);
-            acc[ii][1] = _mm256_fmadd_pd(av, b1, acc[ii][1]);
-          }
-        }
-        for (std::int64_t ii = 0; ii < IB; ++ii) {
-          _mm256_storeu_pd(c + (i0 + ii) * n + j0, acc[ii][0]);
-          _mm256_storeu_pd(c + (i0 + ii) * n + j0 + 4, acc[ii][1]);
-        }
-      } else {
-        for (std::int64_t i = i0; i < i0 + ni; ++i) {
-          double* __restrict ci = c + i * n + j0;
-          for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = 0.0;
-          for (std::int64_t p = 0; p < k; ++p) {
-            const double aip = a[i * k + p];
-            const double* __restrict bp = b + p * n + j0;
-            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = std::fma(aip, bp[jj], ci[jj]);
-          }
-        }
-      }
-    }
+// The double reference on FMA hardware: one rounding per step, and a 6 x 8 tile of C (12 of
+// the 16 ymm registers). The float run stays unfused: its results are compared bit for bit
+// with the emulated GEMMs'.
+template <>
+struct MulAdd<double> {
+  static constexpr std::int64_t kRows = 6;
+  static double step(double c, double a, double b) { return std::fma(a, b, c); }
+  static VecD4 step(VecD4 c, double a, VecD4 b) {
+    return (VecD4)_mm256_fmadd_pd(_mm256_set1_pd(a), (__m256d)b, (__m256d)c);
   }
-}
+};
 #endif
 
 template <class T>
 void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
              std::int64_t n) {
-#if defined(__FMA__) && defined(__AVX2__)
-  if constexpr (std::is_same_v<T, double>) return gemm_kn_fma(a, b, c, m, k, n);
-#endif
-  // Register blocking with GCC/Clang vector types (element-wise IEEE operations, so each lane
-  // is exactly the scalar recurrence): a tile of IB rows x NV vectors of C stays in
-  // accumulators while p runs. Edges use the plain loop with the same per-element order.
+  // Register blocking: a tile of IB rows x NV vectors of C stays in accumulators while p runs
+  // (element-wise operations, so each lane is exactly the scalar recurrence). Edges use the
+  // plain loop with the same per-element order.
   using V = typename Vec32<T>::type;
+  using Op = MulAdd<T>;
   constexpr std::int64_t VL = 32 / static_cast<std::int64_t>(sizeof(T));
-  constexpr std::int64_t IB = 4, NV = 2, JB = NV * VL;
+  constexpr std::int64_t IB = Op::kRows, NV = 2, JB = NV * VL;
   const std::int64_t row_blocks = (m + IB - 1) / IB;
 #pragma omp parallel for schedule(static) if (m * k * n > (1 << 18))
   for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
@@ -187,7 +164,7 @@ void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std:
           const V* bv = reinterpret_cast<const V*>(b + p * n + j0);
           for (std::int64_t ii = 0; ii < IB; ++ii) {
             const T av = a[(i0 + ii) * k + p];
-            for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = acc[ii][v] + av * bv[v];
+            for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = Op::step(acc[ii][v], av, bv[v]);
           }
         }
         for (std::int64_t ii = 0; ii < IB; ++ii)
@@ -199,7 +176,7 @@ void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std:
           for (std::int64_t p = 0; p < k; ++p) {
             const T aip = a[i * k + p];
             const T* __restrict bp = b + p * n + j0;
-            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = ci[jj] + aip * bp[jj];
+            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = Op::step(ci[jj], aip, bp[jj]);
           }
         }
       }
