@@ -28,7 +28,7 @@ float fp16_bits_to_float(std::uint16_t b) {
   return static_cast<float>(sign * std::ldexp(1024 + m, e - 25));
 }
 
-void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out) {
+void prepare_cast_output(const Matrix& x, QuantizedTensor& out) {
   out.rows = x.rows;
   out.cols = x.cols;
   out.padded_cols = x.cols;
@@ -39,6 +39,10 @@ void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& 
   out.codes16.assign(static_cast<std::size_t>(x.size()), 0);
   out.dequantized = Matrix(x.rows, x.cols);
   out.global = GlobalScale{};
+}
+
+void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out) {
+  prepare_cast_output(x, out);
   const bool bf16 = spec.element == ElementFormat::BF16;
   std::int64_t clipped = 0;
 #pragma omp parallel for schedule(static) reduction(+ : clipped)

@@ -9,5 +9,8 @@ namespace fp4d {
 std::uint16_t fp16_bits_from_float(float x);  // RNE via the generic format (exact in double)
 float fp16_bits_to_float(std::uint16_t b);
 void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out);
+// The shape of a cast's result, shared by the backends: no blocks or scales, zeroed codes16
+// and dequantized values of x's shape, global scale 1.
+void prepare_cast_output(const Matrix& x, QuantizedTensor& out);
 
 }  // namespace fp4d

@@ -16,11 +16,13 @@
 
 #include "backend/cuda/block_quantize.hpp"
 #include "backend/cuda/cuda_util.cuh"
+#include "quant/cast.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
 #include "quant/mxfp4_math.hpp"
 #include "quant/nvfp4_math.hpp"
+#include "quant/tiles.hpp"
 
 namespace fp4d::cuda {
 
@@ -30,20 +32,13 @@ constexpr int kThreads = 256;
 
 
 
-// The block grid, as quant/tiles.hpp's TileGrid (br = rows, bc = cols for one scale per tensor).
-struct Grid {
-  std::int64_t rows, cols, br, bc, tile_rows, tile_cols, padded_cols;
+// The block grid is quant/tiles.hpp's TileGrid (the CPU quantizers' own), with the matrix
+// shape beside it for the kernels (br = rows, bc = cols for one scale per tensor).
+struct Grid : TileGrid {
+  std::int64_t rows, cols;
+  Grid(std::int64_t r, std::int64_t c, std::int64_t block_rows, std::int64_t block_cols)
+      : TileGrid(r, c, block_rows, block_cols), rows(r), cols(c) {}
 };
-Grid make_grid(std::int64_t rows, std::int64_t cols, std::int64_t block_rows, std::int64_t block_cols) {
-  Grid g{rows, cols, 0, 0, 0, 0, 0};
-  const bool whole = block_cols == 0;
-  g.br = whole ? std::max<std::int64_t>(rows, 1) : block_rows;
-  g.bc = whole ? std::max<std::int64_t>(cols, 1) : block_cols;
-  g.tile_rows = (rows + g.br - 1) / g.br;
-  g.tile_cols = (cols + g.bc - 1) / g.bc;
-  g.padded_cols = whole ? cols : g.tile_cols * g.bc;
-  return g;
-}
 
 __device__ __forceinline__ std::int64_t tile_of(const Grid& g, std::int64_t r, std::int64_t c) {
   return (r / g.br) * g.tile_cols + c / g.bc;
@@ -199,7 +194,7 @@ void fill_shape(QuantizedTensor& out, const Grid& g) {
 void mxfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
   require(spec.scheme == Scheme::Mxfp4 && spec.block_rows == 1 && spec.block_cols == kMxfp4Block,
           "the MXFP4 kernel takes 1x32 blocks");
-  const Grid g = make_grid(x.rows, x.cols, 1, kMxfp4Block);
+  const Grid g(x.rows, x.cols, 1, kMxfp4Block);
   fill_shape(out, g);
   Staged s(x, g);
   const std::int64_t pairs = g.rows * g.padded_cols / 2;
@@ -224,7 +219,7 @@ void mxfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
 void fp8_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
   require(spec.scheme == Scheme::Fp8 && (spec.element == ElementFormat::E4M3 || spec.element == ElementFormat::E5M2),
           "the FP8 kernel takes E4M3 or E5M2 elements");
-  const Grid g = make_grid(x.rows, x.cols, spec.block_rows, spec.block_cols);
+  const Grid g(x.rows, x.cols, spec.block_rows, spec.block_cols);
   fill_shape(out, g);
   Staged s(x, g);
   const std::size_t ncodes = static_cast<std::size_t>(g.rows * g.padded_cols);
@@ -249,14 +244,7 @@ void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
   require(spec.scheme == Scheme::Cast && spec.element == ElementFormat::BF16,
           "only the BF16 cast has a GPU kernel (FP16 casts run on the CPU backend)");
   (void)dequantize;  // the cast always carries its values, as the CPU backend's
-  out.rows = x.rows;
-  out.cols = x.cols;
-  out.padded_cols = x.cols;
-  out.scale_rows = out.scale_cols = 0;
-  out.codes.clear();
-  out.scale_codes.clear();
-  out.scale_values.clear();
-  out.global = GlobalScale{};
+  prepare_cast_output(x, out);
   const std::size_t n = static_cast<std::size_t>(x.size());
   DeviceBuffer<float> dx(n, "cudaMalloc (x)"), deq(n, "cudaMalloc (dequantized)");
   DeviceBuffer<std::uint16_t> c16(n, "cudaMalloc (codes16)");
@@ -264,8 +252,6 @@ void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
   dx.upload(x.data.data());
   if (n) bf16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
   check(cudaGetLastError(), "bf16_cast_kernel launch");
-  out.codes16.resize(n);
-  out.dequantized = Matrix(x.rows, x.cols);
   if (n) c16.download(out.codes16.data()), deq.download(out.dequantized.data.data());
   unsigned long long c = 0;
   clipped.download(&c);
