@@ -205,14 +205,8 @@ struct Trace {
 
 std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; }
 
-void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<double>>& v, bool create) {
-  for (std::size_t l = 0; l < v.size(); ++l) {
-    const std::string name = prefix + "_" + std::to_string(l);
-    if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
-    else g.open_dataset(name).rewrite(v[l]);
-  }
-}
-void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<float>>& v, bool create) {
+template <class T>
+void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<T>>& v, bool create) {
   for (std::size_t l = 0; l < v.size(); ++l) {
     const std::string name = prefix + "_" + std::to_string(l);
     if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
@@ -509,6 +503,13 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       drain(pending.size() > static_cast<std::size_t>(spec.queue), s - spec.queue);
     }
     drain(true, spec.steps);
+    // Divergence: the first recorded step whose loss is not finite (-1: none).
+    const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
+    const auto first_nonfinite = [&](const std::vector<double>& loss) {
+      for (std::size_t i = 0; i < loss.size(); ++i)
+        if (!std::isfinite(loss[i])) return steps[i];
+      return std::int64_t{-1};
+    };
     for (std::size_t r = 0; r < R; ++r) {
       const std::vector<double> e = trace.runs[r].weight_error.read<double>();
       // Growth exponent of the accumulated weight error, last layer, over the whole run.
@@ -516,22 +517,9 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       for (std::size_t i = 0; i < compared_steps.size(); ++i) last[i] = e[i * static_cast<std::size_t>(L) + static_cast<std::size_t>(L - 1)];
       h5::Group g = root.open_group(run_group(spec.recipes[r]));
       g.set_attr("weight_error_growth_exponent", growth_exponent(compared_steps, last));
-      // Divergence: the first recorded step whose loss is not finite (-1: none).
-      const std::vector<double> loss = trace.runs[r].loss.read<double>();
-      const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
-      std::int64_t first_bad = -1;
-      for (std::size_t i = 0; i < loss.size() && first_bad < 0; ++i)
-        if (!std::isfinite(loss[i])) first_bad = steps[i];
-      g.set_attr("first_nonfinite_step", first_bad);
+      g.set_attr("first_nonfinite_step", first_nonfinite(trace.runs[r].loss.read<double>()));
     }
-    {
-      const std::vector<double> loss = trace.ref_loss.read<double>();
-      const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
-      std::int64_t first_bad = -1;
-      for (std::size_t i = 0; i < loss.size() && first_bad < 0; ++i)
-        if (!std::isfinite(loss[i])) first_bad = steps[i];
-      root.open_group("mlp/reference").set_attr("first_nonfinite_step", first_bad);
-    }
+    root.open_group("mlp/reference").set_attr("first_nonfinite_step", first_nonfinite(trace.ref_loss.read<double>()));
     root.set_attr("status", std::string("complete"));
     trace.file.flush();
     return MlpRunOutcome::Complete;
