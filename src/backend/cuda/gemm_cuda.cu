@@ -1,10 +1,6 @@
 // Low-precision GEMMs on the tensor cores through cuBLASLt (see gemm_cuda.hpp for the
-// semantics of each scheme), the accumulator probes and the GEMM benchmark.
-//
-// Layout: fp4drift's stored orientation is row-major A (M x K) and B (N x K), C = A B^T (M x N,
-// row-major). cuBLASLt is column-major, so it computes C^T (N x M, column-major == C row-major)
-// = B A^T: its "A" is our B read as a K x N column-major matrix with op T, its "B" is our A read
-// as K x M with op N - the "TN" form that the FP8 kernels require.
+// semantics of each scheme), the accumulator probes and the GEMM benchmark. The layout
+// conventions and the cuBLASLt plan are in lt_gemm.cuh.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -20,6 +16,7 @@
 #include "backend/cuda/bench_data.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
@@ -28,133 +25,6 @@
 namespace fp4d::cuda {
 
 namespace {
-
-using fp4d::cuda::check;  // the CUDA overload (cuda_util.cuh) beside the cuBLAS one below
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLASLt error in ") + what + ": " + cublasLtGetStatusString(s));
-}
-
-
-
-// One cuBLASLt handle and workspace per process. Deliberately never destroyed: a static
-// destructor would run after the CUDA runtime has torn the context down.
-struct LtContext {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 32u << 20;  // cuBLAS' recommendation for Hopper
-  static LtContext& get() {
-    static LtContext* c = [] {
-      auto* ctx = new LtContext;
-      check(cublasLtCreate(&ctx->handle), "cublasLtCreate");
-      check(cudaMalloc(&ctx->workspace, ctx->workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
-      return ctx;
-    }();
-    return *c;
-  }
-};
-
-// One GEMM D = alpha * scale_a * scale_b * (A B^T) in fp4drift's orientation (see the file
-// comment): a (M x ld_k, type ta), b (N x ld_k, type tb), d (M x N float32, row-major).
-struct LtGemm {
-  cudaDataType_t ta = CUDA_R_16BF, tb = CUDA_R_16BF;
-  std::int64_t M = 0, N = 0, K = 0, ld_k = 0;
-  const void* a = nullptr;
-  const void* b = nullptr;
-  float* d = nullptr;
-  const float* alpha = nullptr;           // host pointer unless alpha_on_device
-  bool alpha_on_device = false;           // then alpha points to device {alpha, beta}
-  const float* scale_a = nullptr;         // FP8 only: device pointers to the decode scales
-  const float* scale_b = nullptr;
-  bool fast_accumulation = false;         // FP8 only
-};
-
-// The descriptors and the algorithm cuBLASLt chose for one GEMM shape, made once and run many
-// times (benchmarks time run() alone, without the host-side set-up).
-class LtPlan {
- public:
-  explicit LtPlan(const LtGemm& g) : g_(g) {
-    LtContext& ctx = LtContext::get();
-    check(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t, "set TRANSA");
-    set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n, "set TRANSB");
-    if (g.alpha_on_device) {
-      const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
-      set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode, "set POINTER_MODE");
-    }
-    if (g.ta == CUDA_R_8F_E4M3 || g.ta == CUDA_R_8F_E5M2) {
-      // cuBLAS "A" is our B and vice versa.
-      set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.scale_b, sizeof g.scale_b, "set A_SCALE_POINTER");
-      set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.scale_a, sizeof g.scale_a, "set B_SCALE_POINTER");
-      const std::int8_t fast = g.fast_accumulation ? 1 : 0;
-      set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast, "set FAST_ACCUM");
-    }
-    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    check(cublasLtMatrixLayoutCreate(&la_, g.tb, u(g.K), u(g.N), g.ld_k), "cublasLtMatrixLayoutCreate (A)");
-    check(cublasLtMatrixLayoutCreate(&lb_, g.ta, u(g.K), u(g.M), g.ld_k), "cublasLtMatrixLayoutCreate (B)");
-    check(cublasLtMatrixLayoutCreate(&lc_, CUDA_R_32F, u(g.N), u(g.M), g.N), "cublasLtMatrixLayoutCreate (C)");
-    cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &ctx.workspace_bytes, sizeof ctx.workspace_bytes);
-    int found = 0;
-    heur_.resize(kCandidates);
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc_, la_, lb_, lc_, lc_, pref, kCandidates, heur_.data(), &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    check(st, "cublasLtMatmulAlgoGetHeuristic");
-    heur_.resize(static_cast<std::size_t>(found));
-    if (found == 0)
-      throw std::invalid_argument("cuBLASLt has no algorithm for this GEMM (" + std::to_string(g.M) + " x " +
-                                  std::to_string(g.N) + " x " + std::to_string(g.K) + ")");
-  }
-  ~LtPlan() {
-    if (lc_) cublasLtMatrixLayoutDestroy(lc_);
-    if (lb_) cublasLtMatrixLayoutDestroy(lb_);
-    if (la_) cublasLtMatrixLayoutDestroy(la_);
-    if (desc_) cublasLtMatmulDescDestroy(desc_);
-  }
-  LtPlan(const LtPlan&) = delete;
-  LtPlan& operator=(const LtPlan&) = delete;
-
-  // The first run takes the heuristic's candidates in order until one launches (a candidate can
-  // answer NOT_SUPPORTED at launch); later runs use that one.
-  void run(cudaStream_t stream = nullptr) const {
-    LtContext& ctx = LtContext::get();
-    const float host_ab[2] = {g_.alpha_on_device ? 0.0f : *g_.alpha, 0.0f};
-    const void* alpha = g_.alpha_on_device ? static_cast<const void*>(g_.alpha) : static_cast<const void*>(&host_ab[0]);
-    const void* beta = g_.alpha_on_device ? static_cast<const void*>(g_.alpha + 1) : static_cast<const void*>(&host_ab[1]);
-    const auto launch = [&](std::size_t i) {
-      return cublasLtMatmul(ctx.handle, desc_, alpha, g_.b, la_, g_.a, lb_, beta, g_.d, lc_, g_.d, lc_, &heur_[i].algo,
-                            ctx.workspace, ctx.workspace_bytes, stream);
-    };
-    if (chosen_ >= 0) return check(launch(static_cast<std::size_t>(chosen_)), "cublasLtMatmul");
-    cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
-    for (std::size_t i = 0; i < heur_.size(); ++i) {
-      st = launch(i);
-      if (st == CUBLAS_STATUS_SUCCESS) {
-        chosen_ = static_cast<int>(i);
-        return;
-      }
-      if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
-    }
-    check(st, "cublasLtMatmul (every candidate algorithm)");
-  }
-
- private:
-  void set(cublasLtMatmulDescAttributes_t attr, const void* v, std::size_t n, const char* what) {
-    check(cublasLtMatmulDescSetAttribute(desc_, attr, v, n), what);
-  }
-  LtGemm g_;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
-  static constexpr int kCandidates = 8;
-  std::vector<cublasLtMatmulHeuristicResult_t> heur_;
-  mutable int chosen_ = -1;
-};
-
-void lt_matmul(const LtGemm& g, cudaStream_t stream) { LtPlan(g).run(stream); }
 
 std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
