@@ -33,6 +33,10 @@ OperandRecord record_of(const QuantizedTensor& q) {
 
 }  // namespace
 
+std::uint64_t recipe_step_seed(std::uint64_t seed, std::int64_t step) {
+  return mix(seed ^ mix(static_cast<std::uint64_t>(step)));
+}
+
 RecipeGemm::RecipeGemm(RecipeGemmOptions opt, int layers) : opt_(std::move(opt)), layers_(layers) {
   plain_fp32_ = opt_.recipe == "fp32";
   if (!plain_fp32_) recipe_ = gemm_recipe(opt_.recipe);
@@ -53,9 +57,11 @@ const std::string& RecipeGemm::recipe_name(int layer) const {
   return edge ? opt_.edge_recipe : opt_.recipe;
 }
 
-Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const Matrix& second) {
-  // NT form C = A B^T (gemm_experiment.hpp): fprop A = X, B = W; dgrad A = dY, B = W^T;
-  // wgrad A = X^T, B = dY^T (C = X^T dY, in x out).
+// NT form C = A B^T (gemm_experiment.hpp): fprop A = X, B = W; dgrad A = dY, B = W^T;
+// wgrad A = X^T, B = dY^T (C = X^T dY, in x out). Returns false for a plain fp32 call
+// (a_plain, b_plain set), true with the quantized operands (statistics recorded) otherwise.
+bool RecipeGemm::quantize_call(const GemmCall& call, const Matrix& first, const Matrix& second, QuantizedTensor* qa,
+                               QuantizedTensor* qb, Matrix* a_plain, Matrix* b_plain) {
   Matrix A, B;
   OperandKind ka{}, kb{};
   switch (call.role) {
@@ -65,20 +71,41 @@ Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const M
       A = transpose(first), B = transpose(second), ka = OperandKind::Activation, kb = OperandKind::Gradient;
       break;
   }
-  const bool edge = recipe_name(call.layer) != opt_.recipe;
-  if (plain_fp32_ && !edge) return gemm_fp32(A, B);
-  const GemmRecipe& g = edge ? edge_ : recipe_;
-  const std::uint64_t seed = mix(opt_.seed ^ mix(static_cast<std::uint64_t>(call.step)));
-  const std::uint64_t stream = static_cast<std::uint64_t>(call.layer) * 8 + static_cast<std::uint64_t>(call.role) * 2;
+  const GemmRecipe* g = layer_recipe(call.layer);
+  if (!g) {
+    *a_plain = std::move(A);
+    *b_plain = std::move(B);
+    return false;
+  }
+  const std::uint64_t seed = recipe_step_seed(opt_.seed, call.step);
   const bool wgrad = call.role == GemmRole::Wgrad;
-  const QuantizedTensor qa = quantize_cpu(A, gemm_operand_spec(g, ka, wgrad, seed, stream));
-  const QuantizedTensor qb = quantize_cpu(B, gemm_operand_spec(g, kb, wgrad, seed, stream + 1));
+  *qa = quantize_cpu(A, gemm_operand_spec(*g, ka, wgrad, seed, recipe_operand_stream(call.layer, call.role, 0)));
+  *qb = quantize_cpu(B, gemm_operand_spec(*g, kb, wgrad, seed, recipe_operand_stream(call.layer, call.role, 1)));
   const std::size_t slot = static_cast<std::size_t>(call.layer) * 6 + static_cast<std::size_t>(call.role) * 2;
-  records_[slot] = record_of(qa);
-  records_[slot + 1] = record_of(qb);
+  records_[slot] = record_of(*qa);
+  records_[slot + 1] = record_of(*qb);
+  return true;
+}
+
+Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const Matrix& second) {
+  QuantizedTensor qa, qb;
+  Matrix A, B;
+  if (!quantize_call(call, first, second, &qa, &qb, &A, &B)) return gemm_fp32(A, B);
   if (opt_.product) return opt_.product(qa, qb);
   if (qa.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(qa, qb);
   return gemm_block_scaled_emulated(qa, qb);
+}
+
+void RecipeGemm::record_only(const GemmCall& call, const Matrix& first, const Matrix& second) {
+  QuantizedTensor qa, qb;
+  Matrix A, B;
+  quantize_call(call, first, second, &qa, &qb, &A, &B);
+}
+
+const GemmRecipe* RecipeGemm::layer_recipe(int layer) const {
+  const bool edge = recipe_name(layer) != opt_.recipe;
+  if (plain_fp32_ && !edge) return nullptr;
+  return edge ? &edge_ : &recipe_;
 }
 
 bool RecipeGemm::uses_sr() const {

@@ -39,12 +39,23 @@ struct OperandRecord {
   double zero_scale_fraction = 0, subnormal_scale_fraction = 0;  // of the blocks
 };
 
+// The SR seed of step `step` of a run seeded `seed`, and the Philox stream of a GEMM operand
+// (operand 0 = first, 1 = second): what RecipeGemm uses, for backends that quantize themselves.
+std::uint64_t recipe_step_seed(std::uint64_t seed, std::int64_t step);
+inline std::uint64_t recipe_operand_stream(int layer, GemmRole role, int operand) {
+  return static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(role) * 2 + static_cast<std::uint64_t>(operand);
+}
+
 class RecipeGemm {
  public:
   // Throws std::invalid_argument for an unknown recipe name.
   RecipeGemm(RecipeGemmOptions opt, int layers);
   Matrix operator()(const GemmCall& call, const Matrix& first, const Matrix& second);
   GemmFn fn();  // a GemmFn that calls *this (which must outlive it)
+  // Quantizes the call's operands and keeps their statistics, without the product: for runs
+  // whose products were computed elsewhere (the GPU-resident step) on the same operands.
+  void record_only(const GemmCall& call, const Matrix& first, const Matrix& second);
+  const GemmRecipe* layer_recipe(int layer) const;  // nullptr: plain fp32 (no quantization)
   const std::vector<OperandRecord>& records() const { return records_; }
   const std::string& recipe_name(int layer) const;  // the recipe a layer runs with
   bool uses_sr() const;  // some operand is stochastically rounded (nvfp4 gradients)
@@ -55,6 +66,9 @@ class RecipeGemm {
   bool plain_fp32_ = false;
   GemmRecipe recipe_{}, edge_{};
   std::vector<OperandRecord> records_;
+  // Quantizes a call's operands (statistics recorded); false for a plain fp32 call.
+  bool quantize_call(const GemmCall& call, const Matrix& first, const Matrix& second, QuantizedTensor* qa,
+                     QuantizedTensor* qb, Matrix* a_plain, Matrix* b_plain);
 };
 
 }  // namespace fp4d
