@@ -675,6 +675,16 @@ void nvfp4_quantize_1x16_device_from_amax(const std::uint16_t* d_x_bf16, std::in
                        static_cast<cudaStream_t>(stream));
 }
 
+void nvfp4_quantize_16x16_device_from_amax(const float* d_x, std::int64_t rows, std::int64_t cols,
+                                           const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
+                                           std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream,
+                                           std::uint16_t* d_bf16_unscaled, GlobalScale* d_global_out) {
+  check_sr_range(r, rows, (cols + kBlock - 1) / kBlock * kBlock);
+  QuantArgs a = make_args(GlobalScale{}, d_amax_key, r, legacy, d_codes, d_scales, d_bf16_unscaled);
+  a.global_out = d_global_out;
+  launch_simple(d_x, rows, cols, kBlock, a, static_cast<cudaStream_t>(stream));
+}
+
 void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
   nvfp4_quantize_cuda(x, spec, out, dequantize, Nvfp4Kernel::Auto);
 }

@@ -80,6 +80,16 @@ void nvfp4_quantize_1x16_device_from_amax(const std::uint16_t* d_x_bf16, std::in
                                           std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
                                           std::uint16_t* d_bf16_unscaled = nullptr);
 
+// 16x16 tiles (the 2D weight layout) of the row-major rows x cols d_x, global scale from the
+// amax key as above: d_codes (rows x padded_cols / 2 bytes), d_scales (ceil(rows/16) x
+// padded_cols/16), optional d_bf16_unscaled (rows x cols) and d_global_out (the GlobalScale
+// the kernel used). One thread per tile.
+void nvfp4_quantize_16x16_device_from_amax(const float* d_x, std::int64_t rows, std::int64_t cols,
+                                           const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
+                                           std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
+                                           std::uint16_t* d_bf16_unscaled = nullptr,
+                                           GlobalScale* d_global_out = nullptr);
+
 // ---- Benchmark (fp4drift bench quantize-cuda) ----
 enum class InputDtype { F32, Bf16 };
 
