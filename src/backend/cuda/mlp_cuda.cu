@@ -1,0 +1,744 @@
+// The GPU-resident low-precision training step (see mlp_cuda.hpp for the semantics).
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/lt_gemm.cuh"
+#include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/nvfp4_dual.hpp"
+#include "backend/cuda/nvfp4_quantize.hpp"
+#include "format/bf16.hpp"
+#include "format/e2m1.hpp"
+#include "format/fp8.hpp"
+#include "quant/nvfp4_math.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kReduceBlocks = 256;  // fixed: the loss's summation tree depends on nothing else
+
+unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
+  const std::int64_t b = (n + kThreads * per_thread - 1) / (kThreads * per_thread);
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
+}
+
+// ---- element-wise kernels: the CPU's expressions (sim/mlp.cpp) in float32, --fmad=false ----
+constexpr float kInvSqrt2 = 0.70710678118654752440084436210485f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267793994605993438f;
+
+__device__ __forceinline__ float act_f(int gelu, float z) {
+  if (!gelu) return z > 0.0f ? z : 0.0f;
+  return (0.5f * z) * (1.0f + erff(z * kInvSqrt2));
+}
+__device__ __forceinline__ float act_df(int gelu, float z) {
+  if (!gelu) return z > 0.0f ? 1.0f : 0.0f;
+  return 0.5f * (1.0f + erff(z * kInvSqrt2)) + z * (kInvSqrt2Pi * expf(-0.5f * (z * z)));
+}
+
+__global__ void act_forward_kernel(const float* __restrict__ z, float* __restrict__ h, std::int64_t n, int gelu) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    h[i] = act_f(gelu, z[i]);
+}
+
+__global__ void act_backward_kernel(const float* __restrict__ dh, const float* __restrict__ z, float* __restrict__ dz,
+                                    std::int64_t n, int gelu) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dz[i] = dh[i] * act_df(gelu, z[i]);
+}
+
+__global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bf16_rne_bits(x[i]);
+}
+
+// 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
+// 16b .. 16b+15) -> BF16 bits of E2M1value(q) * S_b: exact (at most 6 significant bits, in
+// BF16's range), the operand of the emulated GEMM (nvfp4-spec.md 2, step 6).
+__global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
+                                   std::int64_t blocks, std::uint16_t* __restrict__ out) {
+  for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const uint2 c = reinterpret_cast<const uint2*>(codes)[b];
+    const float s = e4m3_decode(scales[b]);
+    std::uint32_t w[8];
+    for (int k = 0; k < 8; ++k) {
+      const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
+      const std::uint32_t lo = float_bits(e2m1_decode(static_cast<std::uint8_t>(byte & 0xfu)) * s) >> 16;
+      const std::uint32_t hi = float_bits(e2m1_decode(static_cast<std::uint8_t>(byte >> 4)) * s) >> 16;
+      w[k] = lo | (hi << 16);
+    }
+    uint4* o = reinterpret_cast<uint4*>(out + b * 16);
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+}
+
+// Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
+// emulation's g. Up to two pairs per launch.
+struct AlphaPair {
+  const GlobalScale* a = nullptr;
+  const GlobalScale* b = nullptr;
+  float* out = nullptr;
+};
+__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
+  if (threadIdx.x != 0) return;
+  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
+  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
+}
+
+// Block sum in double over shared memory, fixed tree (deterministic).
+__device__ double block_sum(double v) {
+  __shared__ double sh[kThreads];
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// Regression: dZ = (Y - T) / (M out) in float32 (the CPU's expression); partial sums of
+// (double(Y) - double(T))^2 per block, each thread's elements in ascending order.
+__global__ void mse_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
+                           std::int64_t n, float denom, double* __restrict__ partial) {
+  double acc = 0.0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const double d = static_cast<double>(y[i]) - static_cast<double>(t[i]);
+    acc += d * d;
+    dz[i] = (y[i] - t[i]) / denom;
+  }
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// Classification: one thread per sample (row): the loss in double against the teacher's
+// argmax class, dZ = (softmax(Y) - onehot) / M in float32, as sim/mlp.cpp does per row.
+__global__ void softmax_ce_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
+                                  std::int64_t M, std::int64_t out, double* __restrict__ partial) {
+  double acc = 0.0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float* yi = y + i * out;
+    const float* ti = t + i * out;
+    std::int64_t label = 0;
+    for (std::int64_t j = 1; j < out; ++j)
+      if (ti[j] > ti[label]) label = j;
+    double mx = yi[0];
+    for (std::int64_t j = 1; j < out; ++j) mx = fmax(mx, static_cast<double>(yi[j]));
+    double se = 0.0;
+    for (std::int64_t j = 0; j < out; ++j) se += exp(static_cast<double>(yi[j]) - mx);
+    acc += (mx + log(se)) - static_cast<double>(yi[label]);
+    float m = yi[0];
+    for (std::int64_t j = 1; j < out; ++j) m = fmaxf(m, yi[j]);
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < out; ++j) sum = sum + expf(yi[j] - m);
+    for (std::int64_t j = 0; j < out; ++j) {
+      const float p = expf(yi[j] - m) / sum;
+      dz[i * out + j] = (p - (j == label ? 1.0f : 0.0f)) / static_cast<float>(M);
+    }
+  }
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_partials_kernel(const double* __restrict__ partial, int n, double* __restrict__ out) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) *out = s;
+}
+
+// The optimizers: sim/mlp.cpp's train_step<float> expressions, element by element.
+__global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const float* __restrict__ g, std::int64_t n,
+                           float lr, float mu, float wd, int decay, unsigned long long* __restrict__ lost) {
+  unsigned long long count = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = decay ? g[i] + wd * w[i] : g[i];
+    const float v = mu * m1[i] + gi;
+    m1[i] = v;
+    const float upd = lr * v;
+    const float wn = w[i] - upd;
+    count += (upd != 0.0f && wn == w[i]) ? 1 : 0;
+    w[i] = wn;
+  }
+  if (count) atomicAdd(lost, count);
+}
+
+struct AdamArgs {
+  float lr, b1, c1, b2, c2, bc1, bc2, eps, wd;
+};
+__global__ void adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
+                             const float* __restrict__ g, std::int64_t n, AdamArgs a,
+                             unsigned long long* __restrict__ lost) {
+  unsigned long long count = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float m = a.b1 * m1[i] + a.c1 * gi;
+    const float v = a.b2 * m2[i] + a.c2 * (gi * gi);
+    m1[i] = m;
+    m2[i] = v;
+    const float mhat = m / a.bc1, vhat = v / a.bc2;
+    const float upd = a.lr * (mhat / (sqrtf(vhat) + a.eps)) + a.lr * (a.wd * w[i]);
+    const float wn = w[i] - upd;
+    count += (upd != 0.0f && wn == w[i]) ? 1 : 0;
+    w[i] = wn;
+  }
+  if (count) atomicAdd(lost, count);
+}
+
+template <class T>
+using Buf = std::unique_ptr<DeviceBuffer<T>>;
+template <class T>
+Buf<T> buf(std::int64_t n, const char* what) {
+  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
+}
+
+enum class Mode { Fp32, Bf16, Nvfp4 };
+
+// One NVFP4 quantization's device outputs (1x16 rowwise/columnwise or 16x16).
+struct NvQuant {
+  Buf<std::uint8_t> codes, scales;
+  Buf<std::uint16_t> bf16;  // the unscaled BF16 decode (the GEMM operand)
+  NvQuant(std::int64_t elements, std::int64_t scale_count)
+      : codes(buf<std::uint8_t>(elements / 2, "cudaMalloc (mlp codes)")),
+        scales(buf<std::uint8_t>(scale_count, "cudaMalloc (mlp scales)")),
+        bf16(buf<std::uint16_t>(elements, "cudaMalloc (mlp bf16 operand)")) {}
+};
+
+// The rowwise + columnwise quantization of one tensor (X, dY, or W without 2D).
+struct NvDual {
+  NvQuant row, col;
+  Buf<GlobalScale> globals;  // [0] rowwise, [1] columnwise
+  Buf<std::uint32_t> keys;
+  NvDual(std::int64_t elements)
+      : row(elements, elements / 16), col(elements, elements / 16),
+        globals(buf<GlobalScale>(2, "cudaMalloc (mlp globals)")), keys(buf<std::uint32_t>(2, "cudaMalloc (mlp keys)")) {}
+};
+
+struct Layer {
+  std::int64_t in = 0, out = 0;
+  Mode mode = Mode::Fp32;
+  GemmRecipe recipe{};
+  std::string path;
+  Buf<float> w, m1, m2, dw, h, z, dz, dh;
+  // bf16: the casts of H, W, dY
+  Buf<std::uint16_t> hb, wb, dzb;
+  // nvfp4
+  std::unique_ptr<NvDual> x, dy, w_dual;  // w_dual: weights without 2D
+  std::unique_ptr<NvQuant> w2d;           // weights with 2D (16x16 tiles)
+  Buf<GlobalScale> w2d_global;
+  Buf<std::uint32_t> w2d_key;
+  Buf<float> alpha;  // {fprop alpha, 0, dgrad alpha, 0, wgrad alpha, 0}
+  std::unique_ptr<LtPlan> fprop, dgrad, wgrad;
+};
+
+const float kOne = 1.0f;
+
+}  // namespace
+
+std::string mlp_cuda_unsupported(const MlpSpec& spec, const RecipeGemmOptions& opt) {
+  validate(spec);
+  if (spec.batch % 16 != 0) return "batch " + std::to_string(spec.batch) + " is not a multiple of 16";
+  for (std::size_t i = 0; i < spec.widths.size(); ++i)
+    if (spec.widths[i] % 16 != 0) return "width " + std::to_string(spec.widths[i]) + " is not a multiple of 16";
+  const auto L = static_cast<int>(spec.widths.size() - 1);
+  RecipeGemm rg(opt, L);
+  for (int l = 0; l < L; ++l) {
+    const GemmRecipe* g = rg.layer_recipe(l);
+    if (!g) continue;
+    if (g->kind != GemmRecipe::Kind::Bf16 && g->kind != GemmRecipe::Kind::Nvfp4)
+      return "recipe '" + rg.recipe_name(l) + "' (layer " + std::to_string(l) +
+             ") has no resident GPU path (fp32, bf16 and nvfp4 recipes have)";
+  }
+  return "";
+}
+
+struct MlpCudaTrainer::Impl {
+  MlpSpec spec;
+  RecipeGemmOptions opt;
+  std::unique_ptr<RecipeGemm> rg;  // the recipe's per-layer choices (no products)
+  std::int64_t M = 0, step = 0;
+  int L = 0;
+  std::vector<Layer> layers;
+  Buf<float> target;
+  Buf<double> partial, loss_sum;
+  Buf<unsigned long long> lost;
+  cudaStream_t stream = nullptr;
+  // Pinned staging: the batch going up, the step's statistics coming down.
+  float* host_x = nullptr;
+  float* host_t = nullptr;
+  double* host_loss = nullptr;
+  unsigned long long* host_lost = nullptr;
+  bool pending = false;
+
+  Impl(const MlpSpec& s, const RecipeGemmOptions& o) : spec(s), opt(o) {
+    validate(spec);
+    const std::string why = mlp_cuda_unsupported(spec, opt);
+    if (!why.empty()) throw std::invalid_argument("mlp --backend cuda (resident): " + why);
+    M = spec.batch;
+    L = static_cast<int>(spec.widths.size() - 1);
+    rg = std::make_unique<RecipeGemm>(opt, L);
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
+    check(cudaMallocHost(&host_x, static_cast<std::size_t>(M * in0) * sizeof(float)), "cudaMallocHost (batch x)");
+    check(cudaMallocHost(&host_t, static_cast<std::size_t>(M * outL) * sizeof(float)), "cudaMallocHost (batch t)");
+    check(cudaMallocHost(&host_loss, sizeof(double)), "cudaMallocHost (loss)");
+    check(cudaMallocHost(&host_lost, static_cast<std::size_t>(L) * sizeof(unsigned long long)), "cudaMallocHost (lost)");
+    target = buf<float>(M * outL, "cudaMalloc (targets)");
+    partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
+    loss_sum = buf<double>(1, "cudaMalloc (loss)");
+    lost = buf<unsigned long long>(L, "cudaMalloc (lost updates)");
+    layers.resize(static_cast<std::size_t>(L));
+    for (int l = 0; l < L; ++l) build_layer(l);
+  }
+
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    layers.clear();
+    cudaFreeHost(host_x);
+    cudaFreeHost(host_t);
+    cudaFreeHost(host_loss);
+    cudaFreeHost(host_lost);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void build_layer(int l) {
+    Layer& y = layers[static_cast<std::size_t>(l)];
+    y.in = spec.widths[static_cast<std::size_t>(l)];
+    y.out = spec.widths[static_cast<std::size_t>(l) + 1];
+    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
+    const GemmRecipe* g = rg->layer_recipe(l);
+    y.mode = !g ? Mode::Fp32 : g->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
+    if (g) y.recipe = *g;
+    y.w = buf<float>(nw, "cudaMalloc (w)");
+    y.m1 = buf<float>(nw, "cudaMalloc (m1)");
+    y.m2 = buf<float>(spec.optimizer == Optimizer::AdamW ? nw : 0, "cudaMalloc (m2)");
+    y.dw = buf<float>(nw, "cudaMalloc (dw)");
+    y.h = buf<float>(nh, "cudaMalloc (h)");
+    y.z = buf<float>(nz, "cudaMalloc (z)");
+    y.dz = buf<float>(nz, "cudaMalloc (dz)");
+    y.dh = buf<float>(l > 0 ? nh : 0, "cudaMalloc (dh)");
+    y.alpha = buf<float>(6, "cudaMalloc (alpha)");
+
+    LtGemm f, d, w;  // fprop Z = H W^T; dgrad dH = dZ W; wgrad dW = dZ^T H (out x in)
+    f.M = M, f.N = y.out, f.K = y.in, f.ld_k = y.in, f.d = y.z->p;
+    d.M = M, d.N = y.in, d.K = y.out, d.ld_k = y.out, d.d = y.dh->p;
+    w.M = y.out, w.N = y.in, w.K = M, w.ld_k = M, w.d = y.dw->p;
+    f.alpha = d.alpha = w.alpha = &kOne;
+    if (y.mode == Mode::Nvfp4) {
+      y.x = std::make_unique<NvDual>(nh);
+      y.dy = std::make_unique<NvDual>(nz);
+      f.a = y.x->row.bf16->p;
+      d.a = y.dy->row.bf16->p;
+      // wgrad: dW = (dY^T columnwise, out x M) (X^T columnwise, in x M)^T: the TN form.
+      w.a = y.dy->col.bf16->p, w.b = y.x->col.bf16->p;
+      if (y.recipe.two_d_weights) {
+        y.w2d = std::make_unique<NvQuant>(nw, (y.out / 16) * (y.in / 16));
+        y.w2d_global = buf<GlobalScale>(1, "cudaMalloc (w global)");
+        y.w2d_key = buf<std::uint32_t>(1, "cudaMalloc (w key)");
+        f.b = y.w2d->bf16->p;
+        d.b = y.w2d->bf16->p, d.b_kn = true, d.ld_n = y.in;  // the same quantized W, read as W^T
+      } else {
+        y.w_dual = std::make_unique<NvDual>(nw);
+        f.b = y.w_dual->row.bf16->p;
+        d.b = y.w_dual->col.bf16->p;  // W quantized along out, stored transposed (in x out)
+      }
+      f.alpha_on_device = d.alpha_on_device = w.alpha_on_device = true;
+      f.alpha = y.alpha->p, d.alpha = y.alpha->p + 2, w.alpha = y.alpha->p + 4;
+      y.path = y.recipe.name + ": NVFP4 quantized on the GPU (X, dY: rowwise + columnwise" +
+               std::string(y.recipe.rht_wgrad ? " with RHT-16 for Wgrad" : "") +
+               (y.recipe.two_d_weights ? "; W: 16x16" : "; W: 1x16 both ways") +
+               "), decoded to BF16, cuBLASLt BF16 GEMMs, global scales as alpha";
+    } else {
+      const bool bf = y.mode == Mode::Bf16;
+      if (bf) {
+        y.hb = buf<std::uint16_t>(nh, "cudaMalloc (h bf16)");
+        y.wb = buf<std::uint16_t>(nw, "cudaMalloc (w bf16)");
+        y.dzb = buf<std::uint16_t>(nz, "cudaMalloc (dz bf16)");
+      } else {
+        f.ta = f.tb = d.ta = d.tb = w.ta = w.tb = CUDA_R_32F;
+      }
+      f.a = bf ? static_cast<const void*>(y.hb->p) : y.h->p;
+      f.b = bf ? static_cast<const void*>(y.wb->p) : y.w->p;
+      d.a = bf ? static_cast<const void*>(y.dzb->p) : y.dz->p;
+      d.b = f.b, d.b_kn = true, d.ld_n = y.in;
+      w.a = d.a, w.a_km = true, w.ld_m = y.out;  // dY stored M x out = K x M_gemm
+      w.b = f.a, w.b_kn = true, w.ld_n = y.in;   // H stored M x in = K x N
+      y.path = bf ? y.recipe.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
+                  : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
+    }
+    y.fprop = std::make_unique<LtPlan>(f);
+    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d);
+    y.wgrad = std::make_unique<LtPlan>(w);
+  }
+
+  void launch_check(const char* what) { check(cudaGetLastError(), what); }
+
+  void decode(const NvQuant& q, std::int64_t elements) {
+    const std::int64_t blocks = elements / 16;
+    decode_1x16_kernel<<<blocks_for(blocks), kThreads, 0, stream>>>(q.codes->p, q.scales->p, blocks, q.bf16->p);
+    launch_check("decode_1x16_kernel launch");
+  }
+
+  void cast(const float* x, std::uint16_t* out, std::int64_t n) {
+    cast_bf16_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(x, out, n);
+    launch_check("cast_bf16_kernel launch");
+  }
+
+  // Rowwise + columnwise quantization of x (rows x cols) with the two operand specs (both in
+  // the NT form RecipeGemm quantizes; the columnwise one is the transpose's rowwise spec).
+  void dual(const float* x, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row, QuantSpec col) {
+    col.axis = 0;      // quantize_cpu(X^T, axis 1) == quantize_cpu(X, axis 0): same codes, same order
+    col.rht_axis = 0;
+    const DualSpec ds = dual_spec(row, col);
+    nvfp4_quantize_dual_device(x, rows, cols, ds,
+                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
+                               q.keys->p, stream);
+    decode(q.row, rows * cols);
+    decode(q.col, rows * cols);
+  }
+
+  QuantSpec spec_of(const Layer& y, OperandKind k, GemmRole role, int operand, std::uint64_t seed) const {
+    return gemm_operand_spec(y.recipe, k, role == GemmRole::Wgrad, seed, recipe_operand_stream(
+        static_cast<int>(&y - layers.data()), role, operand));
+  }
+
+  void forward_layer(int l, std::uint64_t seed) {
+    Layer& y = layers[static_cast<std::size_t>(l)];
+    if (y.mode == Mode::Nvfp4) {
+      dual(y.h->p, M, y.in, *y.x, spec_of(y, OperandKind::Activation, GemmRole::Fprop, 0, seed),
+           spec_of(y, OperandKind::Activation, GemmRole::Wgrad, 0, seed));
+      const QuantSpec wf = spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, seed);
+      if (y.w2d) {
+        nvfp4_amax_device(y.w->p, y.in * y.out, y.w2d_key->p, stream);
+        nvfp4_quantize_16x16_device_from_amax(y.w->p, y.out, y.in, y.w2d_key->p, wf.rounding,
+                                              wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p,
+                                              y.w2d->scales->p, stream, y.w2d->bf16->p, y.w2d_global->p);
+      } else {
+        dual(y.w->p, y.out, y.in, *y.w_dual, wf, spec_of(y, OperandKind::Weight, GemmRole::Dgrad, 1, seed));
+      }
+      const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p;
+      alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.x->globals->p, gw, y.alpha->p}, AlphaPair{});
+      launch_check("alpha_kernel launch");
+    } else if (y.mode == Mode::Bf16) {
+      cast(y.h->p, y.hb->p, M * y.in);
+      cast(y.w->p, y.wb->p, y.in * y.out);
+    }
+    y.fprop->run(stream);
+    if (l + 1 < L) {
+      const std::int64_t n = M * y.out;
+      act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, layers[static_cast<std::size_t>(l) + 1].h->p, n,
+                                                                    spec.activation == Activation::Gelu);
+      launch_check("act_forward_kernel launch");
+    }
+  }
+
+  void backward_layer(int l, std::uint64_t seed) {
+    Layer& y = layers[static_cast<std::size_t>(l)];
+    if (y.mode == Mode::Nvfp4) {
+      dual(y.dz->p, M, y.out, *y.dy, spec_of(y, OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
+           spec_of(y, OperandKind::Gradient, GemmRole::Wgrad, 1, seed));
+      const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
+      alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
+                                         AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4});
+      launch_check("alpha_kernel launch");
+    } else if (y.mode == Mode::Bf16) {
+      cast(y.dz->p, y.dzb->p, M * y.out);
+    }
+    y.wgrad->run(stream);
+    if (l == 0) return;
+    y.dgrad->run(stream);
+    const std::int64_t n = M * y.in;
+    act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, layers[static_cast<std::size_t>(l) - 1].z->p,
+                                                                    layers[static_cast<std::size_t>(l) - 1].dz->p, n,
+                                                                    spec.activation == Activation::Gelu);
+    launch_check("act_backward_kernel launch");
+  }
+
+  void loss_and_output_gradient() {
+    Layer& last = layers.back();
+    if (spec.task == "classification") {
+      softmax_ce_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out, partial->p);
+      launch_check("softmax_ce_kernel launch");
+    } else {
+      mse_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M * last.out,
+                                                         static_cast<float>(M * last.out), partial->p);
+      launch_check("mse_kernel launch");
+    }
+    sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial->p, kReduceBlocks, loss_sum->p);
+    launch_check("sum_partials_kernel launch");
+  }
+
+  void update() {
+    const float lr = static_cast<float>(lr_at(spec, step));
+    check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
+    for (int l = 0; l < L; ++l) {
+      Layer& y = layers[static_cast<std::size_t>(l)];
+      const std::int64_t n = y.in * y.out;
+      if (spec.optimizer == Optimizer::Sgd) {
+        sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, lr,
+                                                              static_cast<float>(spec.momentum),
+                                                              static_cast<float>(spec.weight_decay),
+                                                              spec.weight_decay > 0.0, lost->p + l);
+        launch_check("sgd_kernel launch");
+      } else {
+        const double t = static_cast<double>(step + 1);
+        AdamArgs a{lr,
+                   static_cast<float>(spec.beta1),
+                   static_cast<float>(1.0 - spec.beta1),
+                   static_cast<float>(spec.beta2),
+                   static_cast<float>(1.0 - spec.beta2),
+                   static_cast<float>(1.0 - std::pow(spec.beta1, t)),
+                   static_cast<float>(1.0 - std::pow(spec.beta2, t)),
+                   static_cast<float>(spec.eps),
+                   static_cast<float>(spec.weight_decay)};
+        adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, a, lost->p + l);
+        launch_check("adamw_kernel launch");
+      }
+    }
+  }
+
+  void download_operands(MlpCudaOperands* ops) {
+    ops->h.clear(), ops->w.clear(), ops->dz.clear();
+    for (const Layer& y : layers) {
+      ops->h.emplace_back(M, y.in);
+      ops->w.emplace_back(y.out, y.in);
+      ops->dz.emplace_back(M, y.out);
+      check(cudaMemcpyAsync(ops->h.back().data.data(), y.h->p, static_cast<std::size_t>(M * y.in) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (h)");
+      check(cudaMemcpyAsync(ops->w.back().data.data(), y.w->p, static_cast<std::size_t>(y.in * y.out) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (w)");
+      check(cudaMemcpyAsync(ops->dz.back().data.data(), y.dz->p, static_cast<std::size_t>(M * y.out) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (dz)");
+    }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (operands)");
+  }
+
+  void upload(const Batch& b) {
+    if (pending) throw std::logic_error("MlpCudaTrainer: a batch upload during a step");
+    const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
+    if (b.x.rows != M || b.x.cols != in0 || b.t.rows != M || b.t.cols != outL)
+      throw std::invalid_argument("MlpCudaTrainer: the batch has the wrong shape");
+    std::copy(b.x.data.begin(), b.x.data.end(), host_x);
+    std::copy(b.t.data.begin(), b.t.data.end(), host_t);
+    check(cudaMemcpyAsync(layers[0].h->p, host_x, static_cast<std::size_t>(M * in0) * sizeof(float), cudaMemcpyHostToDevice,
+                          stream), "cudaMemcpyAsync (batch x)");
+    check(cudaMemcpyAsync(target->p, host_t, static_cast<std::size_t>(M * outL) * sizeof(float), cudaMemcpyHostToDevice,
+                          stream), "cudaMemcpyAsync (batch t)");
+  }
+
+  void launch_step(const Batch* b, MlpCudaOperands* ops) {
+    if (pending) throw std::logic_error("MlpCudaTrainer: step_async without finish");
+    if (b) upload(*b);
+    const std::uint64_t seed = recipe_step_seed(opt.seed, step);
+    for (int l = 0; l < L; ++l) forward_layer(l, seed);
+    loss_and_output_gradient();
+    for (int l = L - 1; l >= 0; --l) backward_layer(l, seed);
+    if (ops) download_operands(ops);
+    update();
+    check(cudaMemcpyAsync(host_loss, loss_sum->p, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (loss)");
+    check(cudaMemcpyAsync(host_lost, lost->p, static_cast<std::size_t>(L) * sizeof(unsigned long long),
+                          cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (lost)");
+    pending = true;
+  }
+
+  StepStats finish() {
+    if (!pending) throw std::logic_error("MlpCudaTrainer: finish without a step");
+    check(cudaStreamSynchronize(stream), "training step (cudaStreamSynchronize)");
+    pending = false;
+    StepStats st;
+    const double denom = spec.task == "classification" ? static_cast<double>(M)
+                                                        : static_cast<double>(M * spec.widths.back());
+    st.loss = spec.task == "classification" ? *host_loss / denom : 0.5 * *host_loss / denom;
+    for (int l = 0; l < L; ++l) {
+      const Layer& y = layers[static_cast<std::size_t>(l)];
+      st.lost_update_fraction.push_back(static_cast<double>(host_lost[l]) / static_cast<double>(y.in * y.out));
+    }
+    ++step;
+    return st;
+  }
+};
+
+MlpCudaTrainer::MlpCudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state)
+    : impl_(std::make_unique<Impl>(spec, opt)) {
+  set_state(state);
+}
+MlpCudaTrainer::~MlpCudaTrainer() = default;
+
+StepStats MlpCudaTrainer::step(const Batch& batch, MlpCudaOperands* operands) {
+  impl_->launch_step(&batch, operands);
+  return impl_->finish();
+}
+void MlpCudaTrainer::upload_batch(const Batch& batch) { impl_->upload(batch); }
+StepStats MlpCudaTrainer::step_on_uploaded_batch() {
+  impl_->launch_step(nullptr, nullptr);
+  return impl_->finish();
+}
+void MlpCudaTrainer::step_async(const Batch& batch) { impl_->launch_step(&batch, nullptr); }
+StepStats MlpCudaTrainer::finish() { return impl_->finish(); }
+std::int64_t MlpCudaTrainer::step_index() const { return impl_->step; }
+
+MlpState<float> MlpCudaTrainer::state() const {
+  Impl& m = *impl_;
+  if (m.pending) throw std::logic_error("MlpCudaTrainer: state() during a step");
+  MlpState<float> s;
+  s.step = m.step;
+  for (const Layer& y : m.layers) {
+    s.w.emplace_back(static_cast<std::size_t>(y.in * y.out));
+    s.m1.emplace_back(s.w.back().size());
+    y.w->download(s.w.back().data());
+    y.m1->download(s.m1.back().data());
+    if (m.spec.optimizer == Optimizer::AdamW) {
+      s.m2.emplace_back(s.w.back().size());
+      y.m2->download(s.m2.back().data());
+    }
+  }
+  return s;
+}
+
+void MlpCudaTrainer::set_state(const MlpState<float>& s) {
+  Impl& m = *impl_;
+  if (m.pending) throw std::logic_error("MlpCudaTrainer: set_state() during a step");
+  const bool adam = m.spec.optimizer == Optimizer::AdamW;
+  if (s.w.size() != m.layers.size() || s.m1.size() != m.layers.size() || (adam && s.m2.size() != m.layers.size()))
+    throw std::invalid_argument("MlpCudaTrainer: the state has the wrong number of layers");
+  check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (set_state)");
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    Layer& y = m.layers[l];
+    const auto n = static_cast<std::size_t>(y.in * y.out);
+    if (s.w[l].size() != n || s.m1[l].size() != n || (adam && s.m2[l].size() != n))
+      throw std::invalid_argument("MlpCudaTrainer: layer " + std::to_string(l) + " of the state has the wrong size");
+    y.w->upload(s.w[l].data());
+    y.m1->upload(s.m1[l].data());
+    if (adam) y.m2->upload(s.m2[l].data());
+  }
+  m.step = s.step;
+}
+
+std::string MlpCudaTrainer::path(int layer) const { return impl_->layers.at(static_cast<std::size_t>(layer)).path; }
+
+namespace {
+
+template <class T>
+std::vector<T> download_vec(const DeviceBuffer<T>& b, std::size_t n) {
+  std::vector<T> v(n);
+  if (n) check(cudaMemcpy(v.data(), b.p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy (operand)");
+  return v;
+}
+
+GlobalScale download_global(const GlobalScale* p) {
+  GlobalScale g;
+  check(cudaMemcpy(&g, p, sizeof g, cudaMemcpyDeviceToHost), "cudaMemcpy (global scale)");
+  return g;
+}
+
+// A 1x16 or 16x16 NVFP4 operand as quantize_cpu lays it out (rows x cols, cols % 16 == 0).
+QuantizedTensor nv_tensor(const NvQuant& q, std::int64_t rows, std::int64_t cols, bool tiles, GlobalScale g) {
+  QuantizedTensor t;
+  t.spec.scheme = Scheme::Nvfp4;
+  t.spec.block_rows = tiles ? 16 : 1;
+  t.rows = rows, t.cols = cols, t.padded_cols = cols;
+  t.scale_rows = tiles ? rows / 16 : rows, t.scale_cols = cols / 16;
+  t.codes = download_vec(*q.codes, static_cast<std::size_t>(rows * cols / 2));
+  t.scale_codes = download_vec(*q.scales, static_cast<std::size_t>(t.scale_rows * t.scale_cols));
+  t.global = g;
+  return t;
+}
+
+// The transpose of a 16x16-tiled NVFP4 tensor (the same tiles, read the other way).
+QuantizedTensor transpose_tiles(const QuantizedTensor& a) {
+  QuantizedTensor t = a;
+  t.rows = a.cols, t.cols = a.rows, t.padded_cols = a.rows;
+  t.scale_rows = a.scale_cols, t.scale_cols = a.scale_rows;
+  for (std::int64_t r = 0; r < t.rows; ++r)
+    for (std::int64_t c = 0; c < t.cols; ++c) {
+      const std::uint8_t q = a.code_at(c, r);
+      auto& byte = t.codes[static_cast<std::size_t>((r * t.cols + c) / 2)];
+      byte = static_cast<std::uint8_t>(c % 2 ? (byte & 0x0f) | (q << 4) : (byte & 0xf0) | q);
+    }
+  for (std::int64_t r = 0; r < t.scale_rows; ++r)
+    for (std::int64_t c = 0; c < t.scale_cols; ++c)
+      t.scale_codes[static_cast<std::size_t>(r * t.scale_cols + c)] = a.scale_codes[static_cast<std::size_t>(c * a.scale_cols + r)];
+  return t;
+}
+
+QuantizedTensor bf16_tensor(const DeviceBuffer<std::uint16_t>& b, std::int64_t rows, std::int64_t cols, bool transpose) {
+  QuantizedTensor t;
+  t.spec.scheme = Scheme::Cast;
+  t.spec.element = ElementFormat::BF16;
+  const std::vector<std::uint16_t> v = download_vec(b, static_cast<std::size_t>(rows * cols));
+  t.rows = transpose ? cols : rows, t.cols = transpose ? rows : cols, t.padded_cols = t.cols;
+  t.codes16.resize(v.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      t.codes16[static_cast<std::size_t>(transpose ? c * rows + r : r * cols + c)] = v[static_cast<std::size_t>(r * cols + c)];
+  return t;
+}
+
+}  // namespace
+
+QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int operand) const {
+  const Impl& m = *impl_;
+  const Layer& y = m.layers.at(static_cast<std::size_t>(layer));
+  const std::int64_t M = m.M;
+  if (role == GemmRole::Dgrad && layer == 0) return {};
+  check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (quantized_operand)");
+  if (y.mode == Mode::Fp32) return {};
+  if (y.mode == Mode::Bf16) {
+    switch (role) {
+      case GemmRole::Fprop: return operand == 0 ? bf16_tensor(*y.hb, M, y.in, false) : bf16_tensor(*y.wb, y.out, y.in, false);
+      case GemmRole::Dgrad: return operand == 0 ? bf16_tensor(*y.dzb, M, y.out, false) : bf16_tensor(*y.wb, y.out, y.in, true);
+      case GemmRole::Wgrad: return operand == 0 ? bf16_tensor(*y.hb, M, y.in, true) : bf16_tensor(*y.dzb, M, y.out, true);
+    }
+  }
+  const auto weight = [&](bool transposed) {
+    if (y.w2d) {
+      QuantizedTensor w = nv_tensor(*y.w2d, y.out, y.in, true, download_global(y.w2d_global->p));
+      return transposed ? transpose_tiles(w) : w;
+    }
+    return transposed ? nv_tensor(y.w_dual->col, y.in, y.out, false, download_global(y.w_dual->globals->p + 1))
+                      : nv_tensor(y.w_dual->row, y.out, y.in, false, download_global(y.w_dual->globals->p));
+  };
+  switch (role) {
+    case GemmRole::Fprop:
+      return operand == 0 ? nv_tensor(y.x->row, M, y.in, false, download_global(y.x->globals->p)) : weight(false);
+    case GemmRole::Dgrad:
+      return operand == 0 ? nv_tensor(y.dy->row, M, y.out, false, download_global(y.dy->globals->p)) : weight(true);
+    case GemmRole::Wgrad:
+      return operand == 0 ? nv_tensor(y.x->col, y.in, M, false, download_global(y.x->globals->p + 1))
+                          : nv_tensor(y.dy->col, y.out, M, false, download_global(y.dy->globals->p + 1));
+  }
+  return {};
+}
+
+MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps) {
+  MlpCudaTrainer t(spec, opt, init_state<float>(spec));
+  t.upload_batch(make_batch(spec, 0));
+  for (std::int64_t i = 0; i < warmup; ++i) t.step_on_uploaded_batch();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < steps; ++i) t.step_on_uploaded_batch();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MlpCudaBench r;
+  r.recipe = opt.recipe;
+  r.steps = steps;
+  r.step_s = s / static_cast<double>(std::max<std::int64_t>(steps, 1));
+  r.steps_per_s = r.step_s > 0 ? 1.0 / r.step_s : 0.0;
+  return r;
+}
+
+}  // namespace fp4d::cuda

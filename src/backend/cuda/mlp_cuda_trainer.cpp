@@ -1,0 +1,54 @@
+// The GPU-resident run (mlp_cuda.hpp) behind sim/lp_trainer.hpp's interface. Operand
+// statistics: at the trace's cadence the step's float32 operands come back to the host and
+// RecipeGemm::record_only quantizes them there with quantize_cpu - the same bits the GPU
+// produced (tests/gpu/test_gpu_mlp.cpp checks it), so the statistics are the CPU run's
+// definitions without a statistics kernel per quantizer.
+#include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/mlp_cuda_trainer.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+class CudaTrainer final : public LowPrecisionTrainer {
+ public:
+  CudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state)
+      : spec_(spec), stats_(opt, static_cast<int>(spec.widths.size() - 1)), gpu_(spec, opt, state) {
+    for (std::size_t l = 0; l + 1 < spec.widths.size(); ++l)
+      path_ += (l ? "; " : "") + std::string("layer ") + std::to_string(l) + ": " + gpu_.path(static_cast<int>(l));
+  }
+  bool needs_batch() const override { return true; }
+  StepStats step(const Batch* batch, std::vector<OperandRecord>* records) override {
+    if (!records) return gpu_.step(*batch);
+    const std::int64_t s = gpu_.step_index();
+    MlpCudaOperands ops;
+    StepStats st = gpu_.step(*batch, &ops);
+    const auto L = static_cast<int>(ops.h.size());
+    for (int l = 0; l < L; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      stats_.record_only(GemmCall{GemmRole::Fprop, l, s}, ops.h[li], ops.w[li]);
+      if (l > 0) stats_.record_only(GemmCall{GemmRole::Dgrad, l, s}, ops.dz[li], ops.w[li]);
+      stats_.record_only(GemmCall{GemmRole::Wgrad, l, s}, ops.h[li], ops.dz[li]);
+    }
+    *records = stats_.records();
+    return st;
+  }
+  MlpState<float> state() const override { return gpu_.state(); }
+  void set_state(const MlpState<float>& s) override { gpu_.set_state(s); }
+  std::string path() const override { return "GPU-resident step; " + path_; }
+
+ private:
+  MlpSpec spec_;
+  RecipeGemm stats_;
+  MlpCudaTrainer gpu_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<LowPrecisionTrainer> make_cuda_trainer(const MlpSpec& spec, const RecipeGemmOptions& opt,
+                                                       const MlpState<float>& state) {
+  return std::make_unique<CudaTrainer>(spec, opt, state);
+}
+
+}  // namespace fp4d::cuda

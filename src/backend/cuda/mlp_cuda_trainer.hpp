@@ -1,0 +1,14 @@
+// The GPU-resident mlp run as a sim/lp_trainer.hpp LowPrecisionTrainer. Plain C++ header.
+#pragma once
+
+#include <memory>
+
+#include "sim/lp_trainer.hpp"
+
+namespace fp4d::cuda {
+
+// Throws std::invalid_argument where mlp_cuda_unsupported() names a reason.
+std::unique_ptr<LowPrecisionTrainer> make_cuda_trainer(const MlpSpec& spec, const RecipeGemmOptions& opt,
+                                                       const MlpState<float>& state);
+
+}  // namespace fp4d::cuda

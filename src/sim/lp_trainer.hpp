@@ -1,0 +1,40 @@
+// One low-precision run of the `mlp` workload behind one interface (as Ginkgo's executors):
+// a recipe's training state and its step, on the CPU (train_step<float> with RecipeGemm, the
+// oracle) or resident on a device (backend/cuda/mlp_cuda.hpp). The runner (sim/mlp_run.hpp)
+// drives any of them the same way: steps, operand statistics at the trace's cadence, the state
+// at compare and checkpoint steps.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/mlp.hpp"
+#include "sim/recipe_gemm.hpp"
+
+namespace fp4d {
+
+class LowPrecisionTrainer {
+ public:
+  virtual ~LowPrecisionTrainer() = default;
+  // Whether step() needs the batch (a CPU run makes its own with make_batch).
+  virtual bool needs_batch() const = 0;
+  // One step on make_batch(spec, state().step) (`batch`: that batch, or nullptr when
+  // needs_batch() is false). records (optional): the quantization statistics of every GEMM
+  // operand of the step, slot = layer * 6 + role * 2 + operand.
+  virtual StepStats step(const Batch* batch, std::vector<OperandRecord>* records) = 0;
+  virtual MlpState<float> state() const = 0;
+  virtual void set_state(const MlpState<float>& s) = 0;
+  virtual std::string path() const = 0;  // how the products run, for the trace
+};
+
+// A factory per backend; the runner makes one trainer per recipe.
+using TrainerFactory =
+    std::function<std::unique_ptr<LowPrecisionTrainer>(const MlpSpec&, const RecipeGemmOptions&, const MlpState<float>&)>;
+
+// The CPU run: train_step<float> with a RecipeGemm (opt.product: the GEMM, empty = emulation).
+std::unique_ptr<LowPrecisionTrainer> make_cpu_trainer(const MlpSpec& spec, const RecipeGemmOptions& opt,
+                                                      const MlpState<float>& state);
+
+}  // namespace fp4d

@@ -1,0 +1,248 @@
+// The GPU-resident training step (backend/cuda/mlp_cuda.hpp) against the CPU backend.
+//  - Every quantized GEMM operand of every step (all layers, Fprop/Dgrad/Wgrad, both operands,
+//    RHT and SR included) equals quantize_cpu of the same float32 operand with the spec
+//    RecipeGemm would use (same seed and stream): codes, scale codes and global scale bit for
+//    bit, BF16 casts likewise. The operands are the GPU's own (downloaded), so later layers are
+//    covered although their inputs differ from the CPU run's by accumulation order.
+//  - fp32 recipe, step 0: |loss_gpu - loss_cpu| within a bound propagated from FP32
+//    accumulation (gamma_K per GEMM on both sides) through the network - a transposed operand,
+//    a wrong alpha or a wrong loss kernel moves the loss far outside it.
+//  - Determinism, and resuming from state() equal to running straight through, bit for bit.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/mlp_cuda.hpp"
+#include "quant/quantize.hpp"
+#include "sim/mlp.hpp"
+#include "sim/recipe_gemm.hpp"
+#include "support/catch.hpp"
+
+using namespace fp4d;
+
+namespace {
+
+MlpSpec small_model() {
+  MlpSpec s;
+  s.widths = {64, 128, 64, 32};
+  s.batch = 64;
+  s.teacher_width = 64;
+  s.seed = 7;
+  s.outlier_fraction = 0.05;
+  s.outlier_scale = 10.0;
+  s.lr = 0.02;
+  return s;
+}
+
+RecipeGemmOptions recipe(const std::string& name, std::vector<int> edges = {}) {
+  RecipeGemmOptions o;
+  o.recipe = name;
+  o.high_precision_layers = std::move(edges);
+  o.seed = 11;
+  return o;
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+bool all_zero(const Matrix& m) {
+  for (const float v : m.data)
+    if (v != 0.0f) return false;
+  return true;
+}
+
+// Compares the GPU's quantization of every operand of the last step with quantize_cpu.
+void check_operands(const MlpSpec& s, const RecipeGemmOptions& opt, const cuda::MlpCudaTrainer& t,
+                    const cuda::MlpCudaOperands& ops, std::int64_t step) {
+  const auto L = static_cast<int>(s.widths.size() - 1);
+  RecipeGemm rg(opt, L);
+  const std::uint64_t seed = recipe_step_seed(opt.seed, step);
+  for (int l = 0; l < L; ++l) {
+    const GemmRecipe* g = rg.layer_recipe(l);
+    if (!g) continue;
+    const auto li = static_cast<std::size_t>(l);
+    REQUIRE_FALSE(all_zero(ops.h[li]));
+    REQUIRE_FALSE(all_zero(ops.dz[li]));
+    for (const GemmRole role : {GemmRole::Fprop, GemmRole::Dgrad, GemmRole::Wgrad}) {
+      if (role == GemmRole::Dgrad && l == 0) continue;
+      // RecipeGemm's NT operands of the role.
+      Matrix A, B;
+      OperandKind ka{}, kb{};
+      switch (role) {
+        case GemmRole::Fprop: A = ops.h[li], B = ops.w[li], ka = OperandKind::Activation, kb = OperandKind::Weight; break;
+        case GemmRole::Dgrad: A = ops.dz[li], B = transpose(ops.w[li]), ka = OperandKind::Gradient, kb = OperandKind::Weight; break;
+        case GemmRole::Wgrad:
+          A = transpose(ops.h[li]), B = transpose(ops.dz[li]), ka = OperandKind::Activation, kb = OperandKind::Gradient;
+          break;
+      }
+      for (int operand = 0; operand < 2; ++operand) {
+        const bool wgrad = role == GemmRole::Wgrad;
+        const QuantSpec spec =
+            gemm_operand_spec(*g, operand ? kb : ka, wgrad, seed, recipe_operand_stream(l, role, operand));
+        const QuantizedTensor cpu = quantize_cpu(operand ? B : A, spec);
+        const QuantizedTensor gpu = t.quantized_operand(l, role, operand);
+        INFO("step " << step << ", layer " << l << ", " << to_string(role) << " operand " << operand << ", recipe "
+                     << rg.recipe_name(l));
+        REQUIRE(gpu.rows == cpu.rows);
+        REQUIRE(gpu.cols == cpu.cols);
+        if (spec.scheme == Scheme::Cast) {
+          CHECK(gpu.codes16 == cpu.codes16);
+          continue;
+        }
+        CHECK(gpu.scale_rows == cpu.scale_rows);
+        CHECK(gpu.scale_cols == cpu.scale_cols);
+        CHECK(gpu.codes == cpu.codes);
+        CHECK(gpu.scale_codes == cpu.scale_codes);
+        CHECK(bits(gpu.global.decode) == bits(cpu.global.decode));
+        CHECK(bits(gpu.global.encode) == bits(cpu.global.encode));
+      }
+    }
+  }
+}
+
+// Bound on |loss_gpu - loss_cpu| at step 0 for the fp32 recipe with ReLU, from the GPU's own
+// operands (H_l, W_l): each GEMM of either backend is within gamma_K |H||W|^T of the exact
+// product of its inputs (u = 2^-24, any order, FMA or not), the inputs differ by E_l, so the
+// outputs differ by at most D_l = E_l |W_l|^T + 2 gamma_K (|H_l| + E_l) |W_l|^T; ReLU is
+// 1-Lipschitz (E_{l+1} = D_l). Loss (MSE): |dL| <= mean(|y - t| D + D^2 / 2); cross-entropy:
+// logsumexp and y_label are 1-Lipschitz in the max norm, |dL| <= mean_i 2 max_j D_ij. Plus the
+// two double-precision loss sums (relative 2^-50, generous).
+double loss_bound(const MlpSpec& s, const cuda::MlpCudaOperands& ops, const Matrix& y_minus_t) {
+  const double u = std::ldexp(1.0, -24);
+  const auto L = s.widths.size() - 1;
+  const std::int64_t M = s.batch;
+  std::vector<double> e(static_cast<std::size_t>(M * s.widths[0]), 0.0);
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::int64_t in = s.widths[l], out = s.widths[l + 1];
+    const double gamma = static_cast<double>(in) * u / (1.0 - static_cast<double>(in) * u);
+    std::vector<double> d(static_cast<std::size_t>(M * out), 0.0);
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < out; ++j) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < in; ++k) {
+          const double w = std::fabs(static_cast<double>(ops.w[l](j, k)));
+          const double h = std::fabs(static_cast<double>(ops.h[l](i, k)));
+          const double ek = e[static_cast<std::size_t>(i * in + k)];
+          acc += ek * w + 2.0 * gamma * (h + ek) * w;
+        }
+        d[static_cast<std::size_t>(i * out + j)] = acc * (1.0 + 1e-12);
+      }
+    e = std::move(d);
+  }
+  const std::int64_t out = s.widths.back();
+  double bound = 0;
+  if (s.task == "classification") {
+    for (std::int64_t i = 0; i < M; ++i) {
+      double mx = 0;
+      for (std::int64_t j = 0; j < out; ++j) mx = std::max(mx, e[static_cast<std::size_t>(i * out + j)]);
+      bound += 2.0 * mx;
+    }
+    bound /= static_cast<double>(M);
+  } else {
+    for (std::int64_t i = 0; i < M * out; ++i) {
+      const double di = e[static_cast<std::size_t>(i)];
+      // |y_cpu - t| <= |y_minus_t| + D (y_minus_t: exact product of the GPU's last inputs).
+      bound += (std::fabs(static_cast<double>(y_minus_t.data[static_cast<std::size_t>(i)])) + di) * di + 0.5 * di * di;
+    }
+    bound /= static_cast<double>(M * out);
+  }
+  return bound;
+}
+
+}  // namespace
+
+TEST_CASE("gpu mlp: every quantized operand equals quantize_cpu of the same operand", "[gpu][mlp]") {
+  struct Case {
+    std::string recipe;
+    std::vector<int> edges;
+    bool gelu_adamw_classification;
+  };
+  for (const Case& c : {Case{"nvfp4", {0, 2}, false}, Case{"nvfp4", {}, false}, Case{"nvfp4-no-2d", {}, false},
+                        Case{"nvfp4-no-rht-sr8", {}, true}, Case{"nvfp4-no-sr", {2}, true}, Case{"bf16", {}, false}}) {
+    MlpSpec s = small_model();
+    if (c.gelu_adamw_classification) {
+      s.activation = Activation::Gelu;
+      s.optimizer = Optimizer::AdamW;
+      s.task = "classification";
+      s.lr = 1e-3;
+    }
+    const RecipeGemmOptions opt = recipe(c.recipe, c.edges);
+    INFO("recipe " << c.recipe << (c.gelu_adamw_classification ? " (gelu, adamw, classification)" : ""));
+    REQUIRE(cuda::mlp_cuda_unsupported(s, opt).empty());
+    cuda::MlpCudaTrainer t(s, opt, init_state<float>(s));
+    for (std::int64_t step = 0; step < 3; ++step) {
+      cuda::MlpCudaOperands ops;
+      const StepStats st = t.step(make_batch(s, step), &ops);
+      REQUIRE(std::isfinite(st.loss));
+      check_operands(s, opt, t, ops, step);
+    }
+    REQUIRE(t.step_index() == 3);
+  }
+}
+
+TEST_CASE("gpu mlp: fp32 recipe, step 0 loss within the FP32 accumulation bound of the CPU's", "[gpu][mlp]") {
+  for (const std::string task : {"regression", "classification"}) {
+    MlpSpec s = small_model();
+    s.task = task;
+    const RecipeGemmOptions opt = recipe("fp32");
+    cuda::MlpCudaTrainer t(s, opt, init_state<float>(s));
+    const Batch b = make_batch(s, 0);
+    cuda::MlpCudaOperands ops;
+    const StepStats gpu = t.step(b, &ops);
+
+    RecipeGemm rg(opt, static_cast<int>(s.widths.size() - 1));
+    MlpState<float> cpu_state = init_state<float>(s);
+    const StepStats cpu = train_step<float>(s, cpu_state, rg.fn());
+    // |y - t| for the bound: the exact (double) product of the GPU's last-layer inputs.
+    const std::size_t last = s.widths.size() - 2;
+    Matrix ymt(s.batch, s.widths.back());
+    for (std::int64_t i = 0; i < s.batch; ++i)
+      for (std::int64_t j = 0; j < s.widths.back(); ++j) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < s.widths[last]; ++k)
+          acc += static_cast<double>(ops.h[last](i, k)) * static_cast<double>(ops.w[last](j, k));
+        ymt(i, j) = static_cast<float>(std::fabs(acc - static_cast<double>(b.t(i, j))) * (1 + 1e-6));
+      }
+    const double bound = loss_bound(s, ops, ymt) + 4.0 * std::ldexp(1.0, -50) * std::fabs(cpu.loss);
+    INFO(task << ": loss gpu " << gpu.loss << ", cpu " << cpu.loss << ", |diff| " << std::fabs(gpu.loss - cpu.loss)
+              << ", bound " << bound);
+    CHECK(std::fabs(gpu.loss - cpu.loss) <= bound);
+    // The test's resolution: the worst-case bound (every rounding error aligned, amplified by
+    // |W| at each layer) stays below 1% of the loss, so anything that moves the loss by more -
+    // a transposed operand, a wrong alpha, a wrong loss reduction all move it by O(1) - fails.
+    CHECK(bound < 0.01 * cpu.loss);
+  }
+}
+
+TEST_CASE("gpu mlp: deterministic, and resuming from state() continues bit for bit", "[gpu][mlp]") {
+  const MlpSpec s = small_model();
+  const RecipeGemmOptions opt = recipe("nvfp4", {0});
+  cuda::MlpCudaTrainer a(s, opt, init_state<float>(s)), b(s, opt, init_state<float>(s));
+  std::vector<double> la, lb;
+  for (std::int64_t step = 0; step < 6; ++step) la.push_back(a.step(make_batch(s, step)).loss);
+  for (std::int64_t step = 0; step < 3; ++step) lb.push_back(b.step(make_batch(s, step)).loss);
+  const MlpState<float> mid = b.state();
+  REQUIRE(mid.step == 3);
+  cuda::MlpCudaTrainer c(s, opt, mid);
+  for (std::int64_t step = 3; step < 6; ++step) lb.push_back(c.step(make_batch(s, step)).loss);
+  CHECK(la == lb);
+  const MlpState<float> sa = a.state(), sc = c.state();
+  CHECK(sa.step == sc.step);
+  CHECK(sa.w == sc.w);
+  CHECK(sa.m1 == sc.m1);
+  // The weights moved (the check above is not comparing two untouched initialisations).
+  CHECK(sa.w != init_state<float>(s).w);
+}
+
+TEST_CASE("gpu mlp: recipes and shapes without a resident path are named", "[gpu][mlp]") {
+  MlpSpec s = small_model();
+  CHECK(cuda::mlp_cuda_unsupported(s, recipe("mxfp4")).find("mxfp4") != std::string::npos);
+  CHECK(cuda::mlp_cuda_unsupported(s, recipe("fp8")).find("fp8") != std::string::npos);
+  s.widths = {64, 120, 32};
+  CHECK(cuda::mlp_cuda_unsupported(s, recipe("nvfp4")).find("120") != std::string::npos);
+  CHECK_THROWS_AS(cuda::MlpCudaTrainer(s, recipe("nvfp4"), init_state<float>(s)), std::invalid_argument);
+}
