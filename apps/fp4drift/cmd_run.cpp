@@ -22,6 +22,8 @@
 #include "trace/h5.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/mlp_cuda_trainer.hpp"
 #endif
 #include "trace/output_file.hpp"
 #include "util/config.hpp"
@@ -120,8 +122,19 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.backend = a.backend;
   ctl.stop = &g_stop;
 #if defined(FP4DRIFT_WITH_CUDA)
-  if (a.backend == "cuda")  // checked by require_backend
+  if (a.backend == "cuda") {  // checked by require_backend
     ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };
+    // Resident on the GPU where the recipe and shapes allow; otherwise the host quantizes and
+    // the GPU multiplies (the trace's gemm_path attribute says which, and a note says why).
+    ctl.trainer = [&a](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
+      const std::string why = cuda::mlp_cuda_unsupported(m, o);
+      if (why.empty()) return cuda::make_cuda_trainer(m, o, st);
+      if (!a.json)
+        std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
+                     o.recipe.c_str(), why.c_str());
+      return make_cpu_trainer(m, o, st);
+    };
+  }
 #endif
   Progress progress;
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };

@@ -321,7 +321,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   const std::size_t R = spec.recipes.size();
 
   // States at the start (fresh or from the checkpoint).
-  std::vector<MlpState<float>> lp(R, init_state<float>(model));
+  std::vector<MlpState<float>> lp(R, init_state<float>(model));  // the runs' starting states
   MlpState<double> ref = init_state<double>(model);
   std::int64_t start = 0;
   Trace trace = ctl.resume ? open_trace(spec, ctl) : create_trace(spec, ctl);
@@ -395,10 +395,19 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       }
     } joiner{reference, feed};
 
+    // The runs (one trainer per recipe, on the backend) and, on the host, the recipes' GEMMs for
+    // the local-error probe.
     std::vector<std::unique_ptr<RecipeGemm>> gemms;
-    for (const std::string& name : spec.recipes)
-      gemms.push_back(std::make_unique<RecipeGemm>(
-          RecipeGemmOptions{name, spec.edge_recipe, spec.high_precision_layers, model.seed, ctl.product}, L));
+    std::vector<std::unique_ptr<LowPrecisionTrainer>> trainers;
+    bool need_batch = false;
+    for (std::size_t r = 0; r < R; ++r) {
+      const RecipeGemmOptions o{spec.recipes[r], spec.edge_recipe, spec.high_precision_layers, model.seed, ctl.product};
+      gemms.push_back(std::make_unique<RecipeGemm>(o, L));
+      trainers.push_back(ctl.trainer ? ctl.trainer(model, o, lp[r]) : make_cpu_trainer(model, o, lp[r]));
+      need_batch = need_batch || trainers.back()->needs_batch();
+      root.open_group(run_group(spec.recipes[r])).set_attr("gemm_path", trainers.back()->path());
+    }
+    lp.clear();
 
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
@@ -481,24 +490,32 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       }
       Record rec;
       rec.step = s;
+      const bool recorded = s % spec.trace_every == 0 || s + 1 == spec.steps;
+      std::optional<Batch> batch;
+      if (need_batch) batch = make_batch(model, s);
       for (std::size_t r = 0; r < R; ++r) {
-        const StepStats st = train_step<float>(model, lp[r], gemms[r]->fn());
+        std::vector<OperandRecord> ops;
+        const StepStats st = trainers[r]->step(batch ? &*batch : nullptr, recorded ? &ops : nullptr);
         rec.loss.push_back(st.loss);
         rec.lost.push_back(st.lost_update_fraction);
-        rec.ops.push_back(gemms[r]->records());
+        rec.ops.push_back(std::move(ops));
       }
-      if (is_compare(s)) {
+      const bool compare = is_compare(s), flush = is_flush(s);
+      std::vector<MlpState<float>> states;
+      if (compare || flush)
+        for (std::size_t r = 0; r < R; ++r) states.push_back(trainers[r]->state());
+      if (compare) {
         rec.weights.emplace();
         rec.grad_cosine.emplace(R);
         rec.grad_error.emplace(R);
         rec.grad_bias.emplace(R);
         for (std::size_t r = 0; r < R; ++r) {
-          rec.weights->push_back(lp[r].w);
-          local_error(model, lp[r].w, s + 1, gemms[r]->fn(), gemms[r]->uses_sr() ? static_cast<int>(spec.probe_draws) : 1,
+          rec.weights->push_back(states[r].w);
+          local_error(model, states[r].w, s + 1, gemms[r]->fn(), gemms[r]->uses_sr() ? static_cast<int>(spec.probe_draws) : 1,
                       &(*rec.grad_cosine)[r], &(*rec.grad_error)[r], &(*rec.grad_bias)[r]);
         }
       }
-      if (is_flush(s)) rec.checkpoint = lp;
+      if (flush) rec.checkpoint = std::move(states);
       pending.push_back(std::move(rec));
       drain(pending.size() > static_cast<std::size_t>(spec.queue), s - spec.queue);
     }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/lp_trainer.hpp"
 #include "sim/mlp.hpp"
 #include "sim/recipe_gemm.hpp"
 #include "util/config.hpp"
@@ -54,6 +55,9 @@ struct MlpRunControl {
   // Progress: called after each written record with (step done, total steps).
   std::function<void(std::int64_t, std::int64_t)> progress;
   QuantizedProduct product;              // the backend's GEMM (empty: CPU emulation)
+  // Makes the low-precision runs (empty: make_cpu_trainer with `product`). The local-error
+  // probe always runs on the host (quantize_cpu, `product`).
+  TrainerFactory trainer;
   std::string backend = "cpu";
 };
 
