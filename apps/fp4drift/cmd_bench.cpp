@@ -63,7 +63,10 @@ struct BenchArgs {
   std::int64_t cuda_rows = 8192, cuda_cols = 8192;  // quantize-cuda
   std::string cuda_dtype = "bf16";                  // quantize-cuda: bf16 | f32
   std::int64_t gemm_size = 8192;                    // gemm-cuda: M = N = K
-  std::int64_t mlp_width = 512, mlp_batch = 512;    // mlp-ref
+  std::int64_t mlp_width = 512, mlp_batch = 512;    // mlp-ref (mlp-cuda: 4096, 4096)
+  std::string mlp_config = "data/configs/mlp-quick.toml";  // mlp-cuda: the quick model
+  std::int64_t mlp_steps = 2000;                    // mlp-cuda: timed steps of the quick model
+  bool width_set = false, batch_set = false;
   bool json = false;
 };
 
@@ -198,9 +201,12 @@ int run_bench(const BenchArgs& a) {
   if (a.what == "quantize-cuda") return run_bench_quantize_cuda(a);
   if (a.what == "gemm-cuda") return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json);
   if (a.what == "mlp-ref") return run_bench_mlp_ref(a.mlp_width, a.mlp_batch, 3, a.repeat, a.json);
+  if (a.what == "mlp-cuda")
+    return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096, a.mlp_steps,
+                              a.json);
   if (a.what == "quantize-dual-cuda") return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json);
   if (a.what != "quantize")
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -295,10 +301,15 @@ int run_bench(const BenchArgs& a) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref | mlp-cuda")->capture_default_str();
   app.add_option("--gemm-size", a->gemm_size, "gemm-cuda: M = N = K")->capture_default_str();
-  app.add_option("--width", a->mlp_width, "mlp-ref: layer width")->capture_default_str();
-  app.add_option("--batch", a->mlp_batch, "mlp-ref: batch")->capture_default_str();
+  app.add_option("--width", a->mlp_width, "mlp-ref, mlp-cuda: layer width (mlp-cuda default 4096)")->capture_default_str()
+      ->each([a](const std::string&) { a->width_set = true; });
+  app.add_option("--batch", a->mlp_batch, "mlp-ref, mlp-cuda: batch (mlp-cuda default 4096)")->capture_default_str()
+      ->each([a](const std::string&) { a->batch_set = true; });
+  app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config")->capture_default_str();
+  app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10)")
+      ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
   app.add_option("--rows", a->cuda_rows, "quantize-cuda: rows")->capture_default_str();
   app.add_option("--cols", a->cuda_cols, "quantize-cuda: cols")->capture_default_str();

@@ -8,8 +8,11 @@
 
 #include "commands.hpp"
 #include "json.hpp"
+#include "sim/mlp_run.hpp"
+#include "util/config.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/mlp_cuda.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
@@ -79,6 +82,78 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
   return 0;
 #else
   (void)rows, (void)cols, (void)repeat, (void)json;
+  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
+#endif
+}
+
+// fp4drift bench mlp-cuda: the GPU-resident training step (backend/cuda/mlp_cuda.hpp), steps/s.
+//  1. the quick default model (the [mlp] of CONFIG, data/configs/mlp-quick.toml by default) under
+//     its recipes: small, launch-bound (issue 5: >= 2000 steps/s with the reference off);
+//  2. an MLP of width W (4 layers, W -> W) and batch B: the nvfp4 step against the bf16 step in the
+//     same run (issue 5: nvfp4 >= 60% of bf16's speed), nvfp4 on every layer and with the
+//     first/last layers in BF16.
+// The batch is made and uploaded once (data generation and transfer excluded, as a data loader
+// prefetches them); the stats of each step (loss, lost updates) come back every step, as a
+// trace needs them.
+int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64_t batch, std::int64_t steps, bool json) {
+#if defined(FP4DRIFT_WITH_CUDA)
+  std::string why;
+  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
+  Config cfg = Config::load(config);
+  const std::string workload = cfg.get_string("workload", "");
+  if (workload != "mlp") throw UsageError(config + ": not an mlp config (workload = \"" + workload + "\")");
+  const MlpRunSpec quick = parse_mlp_run(cfg);
+  struct Line {
+    std::string model, recipe;
+    cuda::MlpCudaBench r;
+  };
+  std::vector<Line> lines;
+  for (const std::string& name : quick.recipes) {
+    RecipeGemmOptions o{name, quick.edge_recipe, quick.high_precision_layers, quick.model.seed, {}};
+    lines.push_back({"quick", name, cuda::mlp_cuda_bench(quick.model, o, 50, steps)});
+  }
+  MlpSpec big;
+  big.widths = {width, width, width, width, width};
+  big.batch = batch;
+  big.teacher_width = 128;
+  big.lr = 1e-3;
+  const std::int64_t big_steps = std::max<std::int64_t>(10, steps / 100);
+  const int L = static_cast<int>(big.widths.size() - 1);
+  const std::vector<std::pair<std::string, std::vector<int>>> big_cases = {
+      {"bf16", {}}, {"nvfp4", {}}, {"nvfp4", {0, L - 1}}};
+  for (const auto& [name, edges] : big_cases) {
+    RecipeGemmOptions o{name, "bf16", edges, 1, {}};
+    lines.push_back({"width " + std::to_string(width), name + (edges.empty() ? "" : " (BF16 first/last)"),
+                     cuda::mlp_cuda_bench(big, o, 3, big_steps)});
+  }
+  const double bf16_big = lines[quick.recipes.size()].r.step_s;
+  if (json) {
+    Json j(std::cout);
+    j.begin_object().field("benchmark", "mlp-cuda").field("config", config).field("width", width).field("batch", batch)
+        .key("cases").begin_array();
+    for (const Line& l : lines)
+      j.begin_object().field("model", l.model).field("recipe", l.recipe).field("steps", l.r.steps)
+          .field("seconds_per_step", l.r.step_s).field("steps_per_second", l.r.steps_per_s).end_object();
+    j.end_array().end_object();
+    return 0;
+  }
+  std::printf("fp4drift bench mlp-cuda: GPU-resident training steps (batch on the device, stats back each step)\n");
+  std::printf("  %-12s %-26s %8s %12s %12s %10s\n", "model", "recipe", "steps", "ms/step", "steps/s", "vs bf16");
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const Line& l = lines[i];
+    const bool is_big = i >= quick.recipes.size();
+    std::printf("  %-12s %-26s %8lld %12.4f %12.1f", l.model.c_str(), l.recipe.c_str(), static_cast<long long>(l.r.steps),
+                l.r.step_s * 1e3, l.r.steps_per_s);
+    if (is_big) std::printf(" %9.1f%%", 100 * bf16_big / l.r.step_s);
+    std::printf("\n");
+  }
+  std::printf("  quick model: %s (widths", config.c_str());
+  for (const auto w : quick.model.widths) std::printf(" %lld", static_cast<long long>(w));
+  std::printf(", batch %lld); width model: 4 layers %lld -> %lld, batch %lld\n", static_cast<long long>(quick.model.batch),
+              static_cast<long long>(width), static_cast<long long>(width), static_cast<long long>(batch));
+  return 0;
+#else
+  (void)config, (void)width, (void)batch, (void)steps, (void)json;
   throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
 #endif
 }
