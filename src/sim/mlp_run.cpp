@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "sim/batch_prefetch.hpp"
 #include "trace/h5.hpp"
 #include "trace/tensor_io.hpp"
 
@@ -408,6 +410,13 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       root.open_group(run_group(spec.recipes[r])).set_attr("gemm_path", trainers.back()->path());
     }
     lp.clear();
+    // Device runs take their batches from workers that make them ahead (the reference thread
+    // makes its own); make_batch is pure, so these are the same batches.
+    std::optional<BatchPrefetcher> prefetch;
+    if (need_batch) {
+      const int hw = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+      prefetch.emplace(model, start, spec.steps, std::clamp(hw - 2, 1, 8), 32);
+    }
 
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
@@ -492,7 +501,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       rec.step = s;
       const bool recorded = s % spec.trace_every == 0 || s + 1 == spec.steps;
       std::optional<Batch> batch;
-      if (need_batch) batch = make_batch(model, s);
+      if (prefetch) batch = prefetch->take(s);
       for (std::size_t r = 0; r < R; ++r) {
         std::vector<OperandRecord> ops;
         const StepStats st = trainers[r]->step(batch ? &*batch : nullptr, recorded ? &ops : nullptr);
