@@ -246,7 +246,7 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
-  app.add_option("--backend", a->backend, "cpu | cuda (every scheme but FP16 casts; the RHT, orientation and statistics run on the host)")
+  app.add_option("--backend", a->backend, "cpu | cuda (every scheme; the RHT, orientation and statistics run on the host)")
       ->capture_default_str();
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};

@@ -3,30 +3,17 @@
 #include <cmath>
 
 #include "format/bf16.hpp"
+#include "format/fp16.hpp"
 #include "format/float_format.hpp"
 
 namespace fp4d {
 
-std::uint16_t fp16_bits_from_float(float x) {
-  const double v = format_fp16().round_nearest_even(static_cast<double>(x));
-  const std::uint16_t sign = std::signbit(v) ? 0x8000u : 0u;
-  const double a = std::fabs(v);
-  if (std::isnan(v)) return static_cast<std::uint16_t>(sign | 0x7e00u);
-  if (std::isinf(v)) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (a < std::ldexp(1.0, -14))  // subnormal or zero: integer multiple of 2^-24
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(a * std::ldexp(1.0, 24)));
-  const int e = std::ilogb(a);
-  const auto m = static_cast<std::uint16_t>((a / std::ldexp(1.0, e) - 1.0) * 1024.0);
-  return static_cast<std::uint16_t>(sign | ((e + 15) << 10) | m);
-}
+// The shared integer conversions (format/fp16.hpp), so that the CUDA backend's cast kernel
+// computes the same bits; tests/unit/test_formats.cpp checks them against the generic
+// FloatFormat rounding and CUDA's __float2half_rn.
+std::uint16_t fp16_bits_from_float(float x) { return fp16_rne_bits(x); }
 
-float fp16_bits_to_float(std::uint16_t b) {
-  const double sign = (b & 0x8000u) ? -1.0 : 1.0;
-  const int e = (b >> 10) & 0x1f, m = b & 0x3ff;
-  if (e == 0x1f) return m ? std::nanf("") : static_cast<float>(sign * HUGE_VAL);
-  if (e == 0) return static_cast<float>(sign * std::ldexp(m, -24));
-  return static_cast<float>(sign * std::ldexp(1024 + m, e - 25));
-}
+float fp16_bits_to_float(std::uint16_t b) { return fp16_to_float(b); }
 
 void prepare_cast_output(const Matrix& x, QuantizedTensor& out) {
   out.rows = x.rows;

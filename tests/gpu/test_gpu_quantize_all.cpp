@@ -60,12 +60,11 @@ void check_same(const QuantizedTensor& gpu, const QuantizedTensor& cpu) {
 
 }  // namespace
 
-TEST_CASE("Every preset with a GPU kernel equals the CPU backend bit for bit") {
+TEST_CASE("Every preset equals the CPU backend bit for bit on the GPU") {
   for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{256, 256}, {200, 333}, {130, 96}, {5, 7}})
     for (const bool nonfinite : {false, true}) {
       const Matrix x = test_matrix(rows, cols, nonfinite);
       for (const NamedRecipe& p : quantize_presets()) {
-        if (p.spec.scheme == Scheme::Cast && p.spec.element == ElementFormat::FP16) continue;  // no GPU kernel
         if (p.spec.rht.enabled() && rows % p.spec.rht.size != 0) continue;  // RHT needs whole groups
         INFO(p.name << " on " << rows << " x " << cols << (nonfinite ? " with Inf/NaN" : ""));
         QuantSpec s = p.spec;
@@ -88,7 +87,23 @@ TEST_CASE("MXFP4 on the GPU: RZ, exact SR and 8-bit SR give the CPU's codes") {
     }
 }
 
-TEST_CASE("FP16 casts are refused on the GPU backend, not run on the CPU") {
-  const Matrix x(16, 32, 1.0f);
-  CHECK_THROWS_AS(cuda::quantize_cuda(x, preset("fp16").spec), std::invalid_argument);
+TEST_CASE("FP16 and BF16 casts on the GPU at the formats' edges equal the CPU backend") {
+  // Around FP16's overflow threshold (65520 rounds to Inf, 65519.996 to 65504), its smallest
+  // normal and subnormal, the tie at 2^-25, odd/even ties, BF16's overflow, zeros, NaN, Inf.
+  const float edges[] = {65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e30f, std::ldexp(1.0f, -14), std::ldexp(1.0f, -24),
+                         std::ldexp(1.0f, -25), std::ldexp(3.0f, -26), std::ldexp(1.5f, -25), 1.0f + std::ldexp(1.0f, -11),
+                         1.0f + std::ldexp(3.0f, -11), 3.3895314e38f, 0.0f, -0.0f,
+                         std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                         std::ldexp(1.0f, -149)};
+  Matrix x(4, 64);
+  for (std::int64_t i = 0; i < x.size(); ++i) {
+    const float e = edges[static_cast<std::size_t>(i) % (sizeof edges / sizeof edges[0])];
+    x.data[static_cast<std::size_t>(i)] = (i / 18) % 2 ? -e : e;
+  }
+  for (const char* name : {"fp16", "bf16"}) {
+    INFO(name);
+    const QuantizedTensor gpu = cuda::quantize_cuda(x, preset(name).spec), cpu = quantize_cpu(x, preset(name).spec);
+    check_same(gpu, cpu);
+    CHECK(cpu.clipped > 0);  // the overflow cases are there
+  }
 }

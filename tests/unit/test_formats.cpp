@@ -27,6 +27,7 @@
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/float_format.hpp"
+#include "format/fp16.hpp"
 #include "format/fp8.hpp"
 #include "quant/nvfp4_math.hpp"
 #include "support/catch.hpp"
@@ -795,6 +796,62 @@ TEST_CASE(FP4D_ORACLE_NAME("CUDA oracle: all 2^32 float32 inputs, E2M1 RNE/RZ, E
 #else
   WARN("skipped: CUDA headers (cuda_fp4.h, cuda_fp8.h) not found at configure time; "
        "the CUDA oracle comparison did not run");
+#endif
+}
+
+// fp16.hpp (the CPU and GPU FP16 cast) against the generic FloatFormat rounding, which is the
+// independent definition: every FP16 code decodes to the generic value; every 61st float32
+// input (70M, all exponents, both signs, NaN payloads) encodes to the generic RNE's bits.
+TEST_CASE("FP16 cast: integer encoder and decoder against the generic FloatFormat", "[formats]") {
+  const FloatFormat& f = format_fp16();
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float d = fp16_to_float(static_cast<std::uint16_t>(h));
+    const bool nan = ((h >> 10) & 0x1fu) == 0x1fu && (h & 0x3ffu);
+    if (nan) {
+      REQUIRE(float_bits(d) == 0x7fc00000u);
+      continue;
+    }
+    REQUIRE(fp16_rne_bits(d) == h);  // round trip: every non-NaN code is exact in float32
+    REQUIRE(static_cast<double>(d) == f.round_nearest_even(static_cast<double>(d)));
+  }
+  std::uint64_t bad = 0, checked = 0;
+  for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += 61) {
+    const float x = bits_float(static_cast<std::uint32_t>(u));
+    const std::uint16_t h = fp16_rne_bits(x);
+    ++checked;
+    if (is_nan_f32(x)) {
+      bad += h != static_cast<std::uint16_t>(((u >> 16) & 0x8000u) | 0x7e00u);
+      continue;
+    }
+    const double want = f.round_nearest_even(static_cast<double>(x));
+    const float got = fp16_to_float(h);
+    bad += !(static_cast<double>(got) == want && std::signbit(got) == std::signbit(want));
+  }
+  INFO(bad << " of " << checked << " sampled inputs differ from the generic FP16 RNE");
+  CHECK(bad == 0);
+  CHECK(checked > 70000000u);
+}
+
+TEST_CASE(FP4D_ORACLE_NAME("CUDA oracle: all 2^32 float32 inputs to FP16 RNE (fp16.hpp vs __float2half_rn)"), "[oracle][cuda][long]") {
+#if defined(FP4D_HAVE_CUDA_ORACLE)
+  const Sweep s = sweep_all32([](std::uint32_t u, std::string* msg) {
+    const float x = bits_float(u);
+    const std::uint16_t mine = fp16_rne_bits(x);
+    const __half_raw r = __half_raw(__float2half_rn(x));
+    if (is_nan_f32(x)) {  // CUDA's NaN payload is its own; both must be a NaN of FP16
+      const bool ok = ((mine >> 10) & 0x1fu) == 0x1fu && (mine & 0x3ffu) && ((r.x >> 10) & 0x1fu) == 0x1fu && (r.x & 0x3ffu);
+      if (!ok) *msg = "NaN";
+      return ok;
+    }
+    if (mine == r.x) return true;
+    *msg = "fp16_rne_bits " + std::to_string(mine) + " cuda " + std::to_string(r.x);
+    return false;
+  });
+  INFO(s.report());
+  CHECK(s.checked == (std::uint64_t{1} << 32));
+  CHECK(s.failed == 0);
+#else
+  WARN("skipped: CUDA headers (cuda_fp16.h) not found at configure time; the CUDA oracle comparison did not run");
 #endif
 }
 

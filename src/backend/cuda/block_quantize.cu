@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "quant/cast.hpp"
 #include "format/bf16.hpp"
+#include "format/fp16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
 #include "quant/mxfp4_math.hpp"
@@ -154,6 +155,23 @@ __global__ void __launch_bounds__(kThreads)
   count_clipped(clip, clipped);
 }
 
+// cast_quantize_cpu's FP16 branch, per element (format/fp16.hpp, shared).
+__global__ void __launch_bounds__(kThreads)
+    fp16_cast_kernel(const float* __restrict__ x, std::int64_t n, std::uint16_t* codes16, float* dequantized,
+                     unsigned long long* clipped) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  bool clip = false;
+  if (i < n) {
+    const float v = x[i];
+    const std::uint16_t b = fp16_rne_bits(v);
+    codes16[i] = b;
+    const float d = fp16_to_float(b);
+    dequantized[i] = d;
+    clip = is_finite_f32(v) && !is_finite_f32(d) && !is_nan_f32(d);  // overflow to infinity
+  }
+  count_clipped(clip, clipped);
+}
+
 unsigned blocks_for(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 void require(bool ok, const std::string& what) {
@@ -241,8 +259,9 @@ void fp8_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& 
 }
 
 void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
-  require(spec.scheme == Scheme::Cast && spec.element == ElementFormat::BF16,
-          "only the BF16 cast has a GPU kernel (FP16 casts run on the CPU backend)");
+  require(spec.scheme == Scheme::Cast && (spec.element == ElementFormat::BF16 || spec.element == ElementFormat::FP16),
+          "casts run on the GPU for BF16 and FP16 only");
+  const bool bf16 = spec.element == ElementFormat::BF16;
   (void)dequantize;  // the cast always carries its values, as the CPU backend's
   prepare_cast_output(x, out);
   const std::size_t n = static_cast<std::size_t>(x.size());
@@ -250,8 +269,9 @@ void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
   DeviceBuffer<std::uint16_t> c16(n, "cudaMalloc (codes16)");
   DeviceBuffer<unsigned long long> clipped(1, "cudaMalloc (clipped)");
   dx.upload(x.data.data());
-  if (n) bf16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
-  check(cudaGetLastError(), "bf16_cast_kernel launch");
+  if (n && bf16) bf16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
+  if (n && !bf16) fp16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
+  check(cudaGetLastError(), bf16 ? "bf16_cast_kernel launch" : "fp16_cast_kernel launch");
   if (n) c16.download(out.codes16.data()), deq.download(out.dequantized.data.data());
   unsigned long long c = 0;
   clipped.download(&c);

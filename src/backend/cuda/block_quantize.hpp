@@ -19,7 +19,7 @@ namespace fp4d::cuda {
 void mxfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize = true);
 // FP8 E4M3/E5M2: per tensor, 1x128 blocks or 128x128 tiles (RNE, saturating, as the CPU).
 void fp8_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize = true);
-// BF16 cast (RNE). FP16 casts have no GPU kernel (refused).
+// BF16 and FP16 casts (RNE; format/bf16.hpp, format/fp16.hpp).
 void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize = true);
 
 }  // namespace fp4d::cuda
