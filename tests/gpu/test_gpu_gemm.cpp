@@ -86,6 +86,21 @@ TEST_CASE("GPU GEMM equals the CPU emulation bit for bit when every partial sum 
         check_bit_equal(cuda::gemm_quantized_cuda(qa, qb, o), gemm_fp8_emulated(qa, qb));
       }
     }
+    SECTION("FP8 E4M3 blocked: 1x128 x 128x128 (fprop) and 1x128 x 1x128 (wgrad), power-of-two scales") {
+      // Every 1x128 block and 128x128 tile has amax 14 (the 14 at each 16th column), so every
+      // decode scale is 14/448 = 1/32 and every partial sum is an exact float32.
+      std::vector<float> ints;
+      for (int i = 0; i <= 13; ++i) ints.push_back(static_cast<float>(i));
+      const Matrix x = grid_matrix(M, K, ints, 14.0f, 9), w = grid_matrix(N, K, ints, 14.0f, 10);
+      const QuantizedTensor qa = quantize_cpu(x, preset("fp8-e4m3-1x128").spec);
+      REQUIRE(qa.scale_values.size() == static_cast<std::size_t>(M * ((K + 127) / 128)));
+      REQUIRE(qa.scale_values[0] == 1.0f / 32.0f);
+      for (const char* b_preset : {"fp8-e4m3-128x128", "fp8-e4m3-1x128"}) {
+        INFO("B " << b_preset);
+        const QuantizedTensor qb = quantize_cpu(w, preset(b_preset).spec);
+        check_bit_equal(cuda::gemm_quantized_cuda(qa, qb), gemm_fp8_emulated(qa, qb));
+      }
+    }
     SECTION("BF16 casts of small integers") {
       std::vector<float> ints;
       for (int i = 0; i <= 40; ++i) ints.push_back(static_cast<float>(i));
@@ -135,8 +150,14 @@ TEST_CASE("GPU GEMM refuses operand pairs without an exact GPU path") {
   GeneratorSpec g;
   g.rows = 32, g.cols = 256;
   const Matrix x = generate(g);
-  const QuantizedTensor blocked = quantize_cpu(x, preset("fp8-e4m3-1x128").spec);
-  CHECK_THROWS_AS(cuda::gemm_quantized_cuda(blocked, blocked), std::invalid_argument);
+  const QuantizedTensor tiles = quantize_cpu(x, preset("fp8-e4m3-128x128").spec),
+                        tensor = quantize_cpu(x, preset("fp8-e4m3-tensor").spec),
+                        blocked = quantize_cpu(x, preset("fp8-e4m3-1x128").spec);
+  CHECK_THROWS_AS(cuda::gemm_quantized_cuda(tiles, tiles), std::invalid_argument);    // 2D x 2D
+  CHECK_THROWS_AS(cuda::gemm_quantized_cuda(tensor, blocked), std::invalid_argument);  // mixed
+  cuda::GpuGemmOptions fast;
+  fast.fp8_fast_accumulation = true;
+  CHECK_THROWS_AS(cuda::gemm_quantized_cuda(blocked, blocked, fast), std::invalid_argument);
   const QuantizedTensor nv = quantize_cpu(x, preset("nvfp4").spec), mx = quantize_cpu(x, preset("mxfp4").spec);
   CHECK_THROWS_AS(cuda::gemm_quantized_cuda(nv, mx), std::invalid_argument);
   // An MXFP4 scale of 2^127 times 6 overflows BF16 (and float32): refused, never rounded.

@@ -40,6 +40,9 @@ struct PathInfo {
   std::string name;
 };
 
+bool is_fp8_1x128(const QuantSpec& s) { return s.block_rows == 1 && s.block_cols == 128; }
+bool is_fp8_128x128(const QuantSpec& s) { return s.block_rows == 128 && s.block_cols == 128; }
+
 cudaDataType_t fp8_type(const QuantizedTensor& q) { return q.spec.element == ElementFormat::E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
 
 PathInfo path_of(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGemmOptions& opt) {
@@ -64,14 +67,22 @@ PathInfo path_of(const QuantizedTensor& A, const QuantizedTensor& B, const GpuGe
                                                      : "fp16: cuBLASLt FP16 GEMM, FP32 accumulation";
       return p;
     case Scheme::Fp8:
-      require(A.spec.per_tensor() && B.spec.per_tensor(),
-              "FP8 with 1x128 / 128x128 block scales has no GPU path yet (per-tensor scaling only: recipe fp8-tensor)");
+      // Per tensor, or DeepSeek-style blocks through cuBLASLt's block scale modes: A (the
+      // activation or gradient) in 1x128 blocks, B in 1x128 blocks or 128x128 tiles.
+      require((A.spec.per_tensor() && B.spec.per_tensor()) ||
+                  (is_fp8_1x128(A.spec) && (is_fp8_1x128(B.spec) || is_fp8_128x128(B.spec))),
+              "FP8 operands must both be per-tensor, or A 1x128 and B 1x128 / 128x128 (cuBLASLt's block scale modes)");
+      require(A.spec.per_tensor() || !opt.fp8_fast_accumulation,
+              "cuBLASLt has no fast accumulation for block-scaled FP8");
       p.kind = PathInfo::Fp8;
       p.ta = fp8_type(A);
       p.tb = fp8_type(B);
       require(!(p.ta == CUDA_R_8F_E5M2 && p.tb == CUDA_R_8F_E5M2), "cuBLASLt has no E5M2 x E5M2 FP8 GEMM");
-      p.name = std::string("fp8 per-tensor: cuBLASLt FP8 GEMM (FP8 tensor cores), decode scales as A/B scale factors") +
-               (opt.fp8_fast_accumulation ? ", fast accumulation" : "");
+      p.name = A.spec.per_tensor()
+                   ? std::string("fp8 per-tensor: cuBLASLt FP8 GEMM (FP8 tensor cores), decode scales as A/B scale factors") +
+                         (opt.fp8_fast_accumulation ? ", fast accumulation" : "")
+                   : std::string("fp8 blocked: cuBLASLt FP8 GEMM with block scales (A 1x128, B ") +
+                         (is_fp8_128x128(B.spec) ? "128x128" : "1x128") + ", VEC128/BLK128x128 scale modes)";
       return p;
   }
   throw std::invalid_argument("gemm --backend cuda: unknown scheme");
@@ -148,10 +159,17 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
   } else {
     require(!A.scale_values.empty() && !B.scale_values.empty(), "FP8 operand without its scale");
     DeviceBuffer<std::uint8_t> a(padded_codes8(A, ld), "cudaMemcpy (A)"), b(padded_codes8(B, ld), "cudaMemcpy (B)");
-    // One allocation per scale factor (aligned as cuBLASLt may require).
-    DeviceBuffer<float> sa(std::vector<float>{A.scale_values[0]}, "cudaMemcpy (scale A)"),
-        sb(std::vector<float>{B.scale_values[0]}, "cudaMemcpy (scale B)");
+    // One allocation per scale tensor (aligned as cuBLASLt requires): the per-tensor decode
+    // scale, or every block's, in the layouts cuBLASLt's block modes read (lt_gemm.cuh).
+    const bool blocked = !A.spec.per_tensor();
+    DeviceBuffer<float> sa(blocked ? A.scale_values : std::vector<float>{A.scale_values[0]}, "cudaMemcpy (scale A)"),
+        sb(blocked ? B.scale_values : std::vector<float>{B.scale_values[0]}, "cudaMemcpy (scale B)");
     g.a = a.p, g.b = b.p, g.scale_a = sa.p, g.scale_b = sb.p;
+    if (blocked) {
+      g.scale_mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      g.scale_mode_b = is_fp8_128x128(B.spec) ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                              : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    }
     g.fast_accumulation = opt.fp8_fast_accumulation;
     lt_matmul(g, nullptr);
     check(cudaMemcpy(C.data.data(), d_c.p, C.data.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (C)");

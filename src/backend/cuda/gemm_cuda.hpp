@@ -12,7 +12,9 @@
 //  FP8    per-tensor scaled E4M3/E5M2 operands go to cuBLASLt's FP8 GEMM (FP8 tensor cores) with
 //         the two decode scales as its A/B scale factors; `fp8_fast_accumulation` selects
 //         cuBLASLt's fast-accumulation mode (no periodic promotion of the partial sums to FP32).
-//         1x128 / 128x128 blocked FP8 has no path here yet (refused with a message).
+//         Blocked FP8 (A in 1x128 blocks, B in 1x128 blocks or 128x128 tiles: the fp8 recipe's
+//         operands) uses cuBLASLt's VEC128_32F / BLK128x128_32F scale modes: every block's decode
+//         scale applied to its partial sum by the GEMM (no fast accumulation there).
 //  Casts  BF16 / FP16 operands: one cuBLASLt GEMM in that type with FP32 accumulation.
 // The tensor cores' summation order and accumulator width are the hardware's: this is what
 // `fp4drift gemm --backend cuda` measures against the exact product (docs/numerics.md).

@@ -59,6 +59,11 @@ struct LtGemm {
   bool alpha_on_device = false;           // then alpha points to device {alpha, beta}
   const float* scale_a = nullptr;         // FP8 only: device pointers to the decode scales
   const float* scale_b = nullptr;
+  // FP8 only: cuBLASLt scale modes (CUBLASLT_MATMUL_MATRIX_SCALE_*; -1: the default scalar).
+  // VEC128_32F: one float per 128 consecutive K elements of each row, stored row-major
+  // [rows][ceil(K/128)]; BLK128x128_32F: one per 128 x 128 tile, [ceil(rows/128)][ceil(K/128)] -
+  // the layouts of fp4drift's 1x128 / 128x128 scale_values.
+  int scale_mode_a = -1, scale_mode_b = -1;
   bool fast_accumulation = false;         // FP8 only
 };
 
@@ -83,6 +88,14 @@ class LtPlan {
       if (g.a_km || g.b_kn) throw std::invalid_argument("cuBLASLt FP8 GEMMs take the TN form only");
       set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.scale_b, sizeof g.scale_b, "set A_SCALE_POINTER");
       set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.scale_a, sizeof g.scale_a, "set B_SCALE_POINTER");
+      if (g.scale_mode_b >= 0) {
+        const std::int32_t m = g.scale_mode_b;
+        set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &m, sizeof m, "set A_SCALE_MODE");
+      }
+      if (g.scale_mode_a >= 0) {
+        const std::int32_t m = g.scale_mode_a;
+        set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &m, sizeof m, "set B_SCALE_MODE");
+      }
       const std::int8_t fast = g.fast_accumulation ? 1 : 0;
       set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast, "set FAST_ACCUM");
     }
