@@ -92,8 +92,8 @@ for name in ("mxfp4", "mxfp4-ceil"):
 fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4.2))
 bins = np.linspace(2.5, 8.5, 121)
 a0.hist(vmax_nv.ravel(), bins=bins, alpha=0.7, label="nvfp4 (E4M3 scale, 1x16)")
-a0.hist(mx["mxfp4"]["vmax"].ravel(), bins=bins, alpha=0.5, label="mxfp4 floor (OCP)")
-a0.hist(mx["mxfp4-ceil"]["vmax"].ravel(), bins=bins, alpha=0.5, label="mxfp4 ceil")
+a0.hist(mx["mxfp4"]["vmax"].ravel(), bins=bins, histtype="step", lw=1.5, label="mxfp4 floor (OCP): [4, 8)")
+a0.hist(mx["mxfp4-ceil"]["vmax"].ravel(), bins=bins, histtype="step", lw=1.5, label="mxfp4 ceil: (3, 6]")
 a0.axvline(6, color="k", lw=1)
 a0.axvspan(6 * 16 / 17, 6 * 17 / 16, color="C0", alpha=0.12, label="NVFP4 theory [5.65, 6.375]")
 a0.set(xlabel="block maximum on the E2M1 axis, v_max = a_b / scale  [E2M1 units]", ylabel="blocks",
@@ -102,10 +102,10 @@ a0.legend(fontsize=8)
 
 rng = np.random.default_rng(0)
 pick = rng.choice(r16.size, 20000, replace=False)
-a1.loglog(r16.ravel()[pick], np.maximum(rel_nv.ravel()[pick], 1e-4), ".", ms=1.5, alpha=0.5, label="nvfp4 elements")
 pm = rng.choice(mx["mxfp4"]["r"].size, 20000, replace=False)
 a1.loglog(mx["mxfp4"]["r"].ravel()[pm], np.maximum(mx["mxfp4"]["rel"].ravel()[pm], 1e-4), ".", ms=1.5, alpha=0.3,
           color="C1", label="mxfp4 floor elements")
+a1.loglog(r16.ravel()[pick], np.maximum(rel_nv.ravel()[pick], 1e-4), ".", ms=1.5, alpha=0.5, color="C0", label="nvfp4 elements")
 a1.axhline(0.2, color="k", ls="--", lw=1, label="E2M1 RNE bound 1/5 (v >= 1)")
 a1.axvline(1 / 24, color="C3", ls=":", lw=1, label="r = 1/24: v = 0.25, underflow below")
 a1.axvline(1 / 6, color="C2", ls=":", lw=1, label="r = 1/6: v = 1, normal range above")
