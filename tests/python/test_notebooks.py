@@ -42,15 +42,34 @@ def test_notebooks_match_their_sources() -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_missing_binary_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _nbsupport():
     sys.path.insert(0, str(NOTEBOOKS))
     try:
         import nbsupport
     finally:
         sys.path.pop(0)
+    return nbsupport
+
+
+def test_missing_binary_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nbsupport = _nbsupport()
     monkeypatch.setenv("FP4DRIFT_EXE", str(tmp_path / "no-such-fp4drift"))
     with pytest.raises(FileNotFoundError, match="no-such-fp4drift"):
         nbsupport.exe()
+
+
+@needs_exe
+def test_cache_reuses_a_complete_trace_and_reports_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nbsupport = _nbsupport()
+    monkeypatch.setenv("FP4DRIFT_NB_OUT", str(tmp_path))
+    args = ["quantize", "--generate", "normal", "--shape", "32x32", "--recipe", "nvfp4"]
+    first = nbsupport.fp4drift("t", args)
+    stamp = first.stat().st_mtime_ns
+    assert nbsupport.fp4drift("t", args) == first and first.stat().st_mtime_ns == stamp  # reused, not rerun
+    assert nbsupport.fp4drift("t", [*args[:-1], "mxfp4"]) != first                      # new settings, new trace
+    with pytest.raises(RuntimeError, match="no-such-recipe"):
+        nbsupport.fp4drift("bad", [*args[:-1], "no-such-recipe"])
+    assert not list(tmp_path.glob("bad-*.h5")), "a failed run must leave no trace under its final name"
 
 
 @needs_exe
