@@ -5,7 +5,7 @@
 # exact stochastic rounding (SR), against the exact sum; then the same two effects inside a
 # training run. The first cell runs `fp4drift run` on seven configs (data/configs/README.md)
 # into the notebook cache (`$FP4DRIFT_NB_OUT`, default `notebooks/out/`), reusing traces that
-# are already there; the sums take about a second, the training run about a minute on two cores.
+# are already there; the sums take about a second, the training run 10-20 s on two cores.
 
 # %%
 import h5py
