@@ -9,6 +9,7 @@
 //    accumulator that rounds toward zero or to nearest, any order: the weakest standard model)
 //    and n = K + 2 (K - 1 additions, the epilogue's scale product and multiply).
 #include <cmath>
+#include <string>
 
 #include "backend/cuda/gemm_cuda.hpp"
 #include "quant/gemm_emulated.hpp"
@@ -108,6 +109,36 @@ TEST_CASE("GPU GEMM equals the CPU emulation bit for bit when every partial sum 
       const QuantizedTensor qa = quantize_cpu(x, preset("bf16").spec), qb = quantize_cpu(w, preset("bf16").spec);
       check_bit_equal(cuda::gemm_quantized_cuda(qa, qb), gemm_dequantized_fp32(qa, qb));
     }
+  }
+}
+
+// Equal scales in every block cannot tell a scale layout from its transpose: here each 1x128
+// block / 128x128 tile has its own power of two (2^j, j = (3 row-block + 5 k-block) mod 7), so
+// the products stay exact and a misplaced scale changes the result by up to 2^6. (This case
+// found that cuBLASLt's VEC128 mode reads the scales K-block major.)
+TEST_CASE("GPU blocked FP8 GEMM applies every block's own scale") {
+  const std::int64_t M = 256, N = 384, K = 512;
+  const auto operand = [](std::int64_t rows, std::int64_t cols, std::int64_t br, std::uint32_t seed) {
+    Matrix m(rows, cols);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        std::uint32_t h = static_cast<std::uint32_t>(r * 7919 + c) * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        const int j = static_cast<int>(((r / br) * 3 + (c / 128) * 5) % 7);
+        const float v = std::ldexp(static_cast<float>(h % 14), j);
+        m(r, c) = c % 16 == 0 ? std::ldexp(14.0f, j) : ((h >> 9) & 1 ? -v : v);
+      }
+    return m;
+  };
+  const QuantizedTensor qa = quantize_cpu(operand(M, K, 1, 1), preset("fp8-e4m3-1x128").spec);
+  REQUIRE(qa.scale_values[0] != qa.scale_values[1]);
+  for (const char* b_preset : {"fp8-e4m3-128x128", "fp8-e4m3-1x128"}) {
+    INFO("B " << b_preset);
+    const QuantizedTensor qb = quantize_cpu(operand(N, K, std::string(b_preset) == "fp8-e4m3-1x128" ? 1 : 128, 2),
+                                            preset(b_preset).spec);
+    check_bit_equal(cuda::gemm_quantized_cuda(qa, qb), gemm_fp8_emulated(qa, qb));
   }
 }
 

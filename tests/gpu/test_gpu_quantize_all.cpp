@@ -89,16 +89,17 @@ TEST_CASE("MXFP4 on the GPU: RZ, exact SR and 8-bit SR give the CPU's codes") {
 
 TEST_CASE("FP16 and BF16 casts on the GPU at the formats' edges equal the CPU backend") {
   // Around FP16's overflow threshold (65520 rounds to Inf, 65519.996 to 65504), its smallest
-  // normal and subnormal, the tie at 2^-25, odd/even ties, BF16's overflow, zeros, NaN, Inf.
+  // normal and subnormal, the tie at 2^-25, odd/even ties, BF16's largest finite value and its
+  // overflow (FLT_MAX rounds to Inf), zeros, NaN, Inf.
   const float edges[] = {65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e30f, std::ldexp(1.0f, -14), std::ldexp(1.0f, -24),
                          std::ldexp(1.0f, -25), std::ldexp(3.0f, -26), std::ldexp(1.5f, -25), 1.0f + std::ldexp(1.0f, -11),
-                         1.0f + std::ldexp(3.0f, -11), 3.3895314e38f, 0.0f, -0.0f,
+                         1.0f + std::ldexp(3.0f, -11), 3.3895314e38f, std::numeric_limits<float>::max(), 0.0f, -0.0f,
                          std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                          std::ldexp(1.0f, -149)};
   Matrix x(4, 64);
   for (std::int64_t i = 0; i < x.size(); ++i) {
     const float e = edges[static_cast<std::size_t>(i) % (sizeof edges / sizeof edges[0])];
-    x.data[static_cast<std::size_t>(i)] = (i / 18) % 2 ? -e : e;
+    x.data[static_cast<std::size_t>(i)] = (i / 19) % 2 ? -e : e;
   }
   for (const char* name : {"fp16", "bf16"}) {
     INFO(name);

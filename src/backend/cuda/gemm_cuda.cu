@@ -41,6 +41,17 @@ struct PathInfo {
 };
 
 bool is_fp8_1x128(const QuantSpec& s) { return s.block_rows == 1 && s.block_cols == 128; }
+
+// A 1x128 operand's decode scales in the order cuBLASLt's VEC128_32F mode reads them: K-block
+// major ([ceil(K/128)][rows], i.e. rows is the leading dimension), the transpose of fp4drift's
+// row-major [rows][ceil(K/128)] (found on the H200: only this order reproduces the emulation).
+std::vector<float> kblock_major(const QuantizedTensor& q) {
+  std::vector<float> t(q.scale_values.size());
+  for (std::int64_t r = 0; r < q.scale_rows; ++r)
+    for (std::int64_t c = 0; c < q.scale_cols; ++c)
+      t[static_cast<std::size_t>(c * q.scale_rows + r)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
+  return t;
+}
 bool is_fp8_128x128(const QuantSpec& s) { return s.block_rows == 128 && s.block_cols == 128; }
 
 cudaDataType_t fp8_type(const QuantizedTensor& q) { return q.spec.element == ElementFormat::E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
@@ -162,8 +173,11 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
     // One allocation per scale tensor (aligned as cuBLASLt requires): the per-tensor decode
     // scale, or every block's, in the layouts cuBLASLt's block modes read (lt_gemm.cuh).
     const bool blocked = !A.spec.per_tensor();
-    DeviceBuffer<float> sa(blocked ? A.scale_values : std::vector<float>{A.scale_values[0]}, "cudaMemcpy (scale A)"),
-        sb(blocked ? B.scale_values : std::vector<float>{B.scale_values[0]}, "cudaMemcpy (scale B)");
+    const auto scales = [&](const QuantizedTensor& q) {
+      if (!blocked) return std::vector<float>{q.scale_values[0]};
+      return is_fp8_1x128(q.spec) ? kblock_major(q) : q.scale_values;
+    };
+    DeviceBuffer<float> sa(scales(A), "cudaMemcpy (scale A)"), sb(scales(B), "cudaMemcpy (scale B)");
     g.a = a.p, g.b = b.p, g.scale_a = sa.p, g.scale_b = sb.p;
     if (blocked) {
       g.scale_mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;

@@ -14,8 +14,6 @@ void cast(const Matrix& x, const QuantSpec& s, QuantizedTensor& q, bool d) { cas
 }  // namespace
 
 QuantizedTensor quantize_cuda(const Matrix& input, const QuantSpec& spec) {
-  if (spec.scheme == Scheme::Cast && spec.element != ElementFormat::BF16)
-    return quantize_with_kernels(input, spec, QuantizeKernels{nvfp4, mxfp4, fp8, nullptr}, "cuda");
   return quantize_with_kernels(input, spec, QuantizeKernels{nvfp4, mxfp4, fp8, cast}, "cuda");
 }
 
