@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import plots
 from .bounds import BoundsError, REPO, check
 from .stats import fit_growth, sr_bias_test
 from .traces import MlpRun, SchemaError, SumDotRun, load_run
@@ -94,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "check":
         return check(a.bounds, exe=a.fp4drift, traces_dir=a.traces)
     recipes = a.recipes.split(",") if getattr(a, "recipes", None) else None
+    from . import plots   # matplotlib only where a plot is drawn (check and fit start faster)
+
     try:
         if a.command == "fit":
             _fit_table(a.traces, a.confidence)
