@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .bounds import BoundsError, REPO, check
 from .stats import fit_growth, sr_bias_test
@@ -33,7 +34,7 @@ def _fit_table(paths: list[str], confidence: float) -> None:
             e = run.weight_rel_error[:, -1]
             ols = fit_growth(r.compare_step, e, confidence, "ols")
             hac = fit_growth(r.compare_step, e, confidence, "hac")
-            print(f"{p.split('/')[-1] + ':' + run.name:<40} {ols.points:>6} {ols.exponent:>9.3f}  "
+            print(f"{Path(p).name + ':' + run.name:<40} {ols.points:>6} {ols.exponent:>9.3f}  "
                   f"[{ols.ci_low:6.3f}, {ols.ci_high:6.3f}]  [{hac.ci_low:6.3f}, {hac.ci_high:6.3f}]  {hac.lag:>3}")
     print(f"({100 * confidence:g}% intervals; OLS assumes independent residuals and is optimistic along one "
           "trajectory; HAC = Newey-West; docs/analysis.md)")
@@ -47,7 +48,7 @@ def _bias_table(paths: list[str], confidence: float) -> int:
             raise SchemaError(f"{p}: bias needs a sum/dot trace")
         t = sr_bias_test(r.error[-1, :], confidence)
         biased += not t.unbiased
-        print(f"{p.split('/')[-1]} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
+        print(f"{Path(p).name} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
     return biased
 
 
