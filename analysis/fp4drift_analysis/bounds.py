@@ -460,8 +460,8 @@ def _value(b: Bound, traces: dict) -> tuple[float, str]:
 
 def _limit(b: Bound) -> str:
     if b.lo is not None and b.hi is not None:
-        return f"[{b.lo:.4g}, {b.hi:.4g}]" if b.lo != b.hi else f"= {b.lo:.6g}"
-    return f">= {b.lo:.4g}" if b.lo is not None else f"<= {b.hi:.4g}"
+        return f"[{b.lo:.6g}, {b.hi:.6g}]" if b.lo != b.hi else f"= {b.lo:.6g}"
+    return f">= {b.lo:.6g}" if b.lo is not None else f"<= {b.hi:.6g}"
 
 
 def _fmt_margin(r: Result) -> str:

@@ -47,7 +47,7 @@ provenance = "theory: p = 11"
 
 def test_shipped_bounds_parse_with_rationale_and_provenance() -> None:
     experiments, bounds = B.load_bounds([str(ROOT / "data" / "bounds")])
-    assert 6 <= len(bounds) <= 12
+    assert 6 <= len(bounds) <= 14
     for b in bounds:
         assert b.rationale and b.provenance.split(":")[0] in ("theory", "measured")
         for e in b.experiments():
