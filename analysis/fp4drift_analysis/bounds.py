@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from . import stats
-from .traces import MlpRun, SchemaError, SumDotRun, _str, load
+from .traces import MlpRun, SumDotRun, _str, load
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -454,7 +454,9 @@ def _value(b: Bound, traces: dict) -> tuple[float, str]:
     _, _, fn = METRICS[b.metric]
     try:
         return fn(traces[b.experiment], b.params)
-    except (KeyError, IndexError) as e:
+    except (KeyError, IndexError, ValueError) as e:
+        if isinstance(e, BoundsError):
+            raise
         raise BoundsError(f"{b.file}: bound {b.name}: {e}") from e
 
 
@@ -518,7 +520,7 @@ def check(paths: list[str], exe: str | None = None, traces_dir: str | None = Non
                 note = f"; {cand} not used: {why}" if why else ""
                 print(f"experiment {name}: ran {e.describe()} ({secs:.1f} s{note})", file=out)
             results = [evaluate(b, loaded) for b in bounds]
-    except (BoundsError, SchemaError, OSError) as e:
+    except (ValueError, OSError) as e:   # BoundsError, SchemaError and a bad value are ValueErrors
         print(f"fp4drift_analysis check: error: {e}", file=out if out is not sys.stdout else sys.stderr)
         return 2
     w = max([len(r.bound.name) for r in results] + [5])

@@ -35,6 +35,11 @@ def test_t_distribution_closed_forms() -> None:
     # (z^3 + z) / (4 dof); the next term is O(dof^-2) = 1e-8 here.
     z = 1.959964
     assert t_quantile(0.975, 20000) == pytest.approx(z + (z**3 + z) / (4 * 20000), abs=2e-6)
+    # above LARGE_DOF the quantile comes from the expansion: it agrees with the exact series
+    from fp4drift_analysis.stats import LARGE_DOF
+    target = 2 * 0.995 - 1
+    q = t_quantile(0.995, LARGE_DOF + 1)
+    assert t_two_sided_mass(q, LARGE_DOF + 1) == pytest.approx(target, abs=1e-10)
     assert t_two_sided_p(0.0, 7) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="integer"):
         t_two_sided_mass(1.0, 2.5)
