@@ -1,5 +1,7 @@
-"""fp4drift_analysis: read fp4drift HDF5 traces and turn them into plots and verdicts."""
+"""fp4drift_analysis: read fp4drift HDF5 traces and turn them into plots, fits and verdicts."""
 
-from .traces import SchemaError, load_quantize, load_run
+from .stats import BiasTest, GrowthFit, fit_growth, sr_bias_test, t_quantile
+from .traces import SchemaError, load, load_gemm, load_quantize, load_run, register_loader
 
-__all__ = ["SchemaError", "load_quantize", "load_run"]
+__all__ = ["BiasTest", "GrowthFit", "SchemaError", "fit_growth", "load", "load_gemm", "load_quantize", "load_run",
+           "register_loader", "sr_bias_test", "t_quantile"]

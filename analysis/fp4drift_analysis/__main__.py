@@ -1,33 +1,125 @@
-"""Command line:
-  python -m fp4drift_analysis plot-quantize FILE.h5 --out FILE.png
-  python -m fp4drift_analysis plot-run FILE.h5 [FILE.h5 ...] --out FILE.png"""
+"""Command line: python -m fp4drift_analysis COMMAND ... (from analysis/, or with it on PYTHONPATH)
+
+  plot-quantize Q.h5 --out F.png        error table of an `fp4drift quantize` output
+  plot-gemm G.h5 --out F.png            error split of an `fp4drift gemm` output
+  plot-run T.h5 [T.h5 ...] --out F.png  a run trace (mlp: 4 panels; sum/dot: overlaid)
+  plot-growth T.h5 ... --out F.png      weight error vs step, log-log, fitted exponents with CI
+  plot-heatmap T.h5 --out F.png         per-layer weight error (layers x steps) per recipe
+  plot-stats T.h5 --out F.png           quantization-statistic histories of the GEMM operands
+  compare T.h5 T.h5 ... --out F.png     overlay traces (RN vs SR, RHT on/off, ...)
+  ablation T.h5 ... --out F.png         bars: final loss gap and weight error per recipe
+  fit T.h5 ...                          growth-exponent fits (OLS and HAC CIs) as a table
+  bias T.h5 ...                         SR bias test across seeds of sum/dot traces
+  check [BOUNDS ...] [--fp4drift EXE] [--traces DIR]   the CI regression of numeric bounds
+Output images are PNG or PDF by the suffix. Exit status 2 on bad input."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from .plots import plot_quantize, plot_runs
-from .traces import SchemaError
+from .bounds import BoundsError, REPO, check
+from .stats import fit_growth, sr_bias_test
+from .traces import MlpRun, SchemaError, SumDotRun, load_run
+
+
+def _fit_table(paths: list[str], confidence: float) -> None:
+    print(f"{'trace:recipe':<40} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
+    for p in paths:
+        r = load_run(p)
+        if not isinstance(r, MlpRun):
+            raise SchemaError(f"{p}: fit needs an mlp trace")
+        for run in r.runs:
+            e = run.weight_rel_error[:, -1]
+            ols = fit_growth(r.compare_step, e, confidence, "ols")
+            hac = fit_growth(r.compare_step, e, confidence, "hac")
+            print(f"{Path(p).name + ':' + run.name:<40} {ols.points:>6} {ols.exponent:>9.3f}  "
+                  f"[{ols.ci_low:6.3f}, {ols.ci_high:6.3f}]  [{hac.ci_low:6.3f}, {hac.ci_high:6.3f}]  {hac.lag:>3}")
+    print(f"({100 * confidence:g}% intervals; OLS assumes independent residuals and is optimistic along one "
+          "trajectory; HAC = Newey-West; docs/analysis.md)")
+
+
+def _bias_table(paths: list[str], confidence: float) -> int:
+    biased = 0
+    for p in paths:
+        r = load_run(p)
+        if not isinstance(r, SumDotRun):
+            raise SchemaError(f"{p}: bias needs a sum/dot trace")
+        t = sr_bias_test(r.error[-1, :], confidence)
+        biased += not t.unbiased
+        print(f"{Path(p).name} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
+    return biased
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp4drift_analysis", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m fp4drift_analysis", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    pq = sub.add_parser("plot-quantize", help="plot the error table of an `fp4drift quantize` output")
-    pq.add_argument("trace")
-    pq.add_argument("--out", required=True, help="output image (.png or .pdf)")
-    pr = sub.add_parser("plot-run", help="plot the error against n of `fp4drift run` sum/dot traces (compare several)")
-    pr.add_argument("traces", nargs="+")
-    pr.add_argument("--out", required=True, help="output image (.png or .pdf)")
+
+    def cmd(name, help, many=False):
+        s = sub.add_parser(name, help=help)
+        s.add_argument("traces" if many else "trace", nargs="+" if many else None)
+        s.add_argument("--out", required=True, help="output image (.png or .pdf)")
+        return s
+
+    cmd("plot-quantize", "plot the error table of an `fp4drift quantize` output")
+    cmd("plot-gemm", "plot the error split of an `fp4drift gemm` output")
+    cmd("plot-run", "plot a run trace (one mlp trace, or several sum/dot traces overlaid)", many=True)
+    g = cmd("plot-growth", "weight error vs step (log-log) with fitted growth exponents and CIs", many=True)
+    g.add_argument("--recipes", help="comma list (default: all)")
+    g.add_argument("--layer", type=int, default=-1, help="layer index (default: the last)")
+    g.add_argument("--method", choices=("ols", "hac"), default="ols", help="CI of the exponent")
+    h = cmd("plot-heatmap", "per-layer heat map of the weight error (or --quantity) per recipe")
+    h.add_argument("--quantity", default="weight_rel_error",
+                   help="weight_rel_error, grad_rel_error, grad_cosine, grad_sr_mean_rel_error")
+    st = cmd("plot-stats", "quantization-statistic histories of the GEMM operands")
+    st.add_argument("--smooth", type=int, default=1, help="trailing mean over this many steps")
+    c = cmd("compare", "overlay several traces (RN vs SR, RHT on/off, ablations)", many=True)
+    c.add_argument("--recipes", help="comma list (default: all)")
+    a = cmd("ablation", "bars of the final loss gap and weight error per (trace, recipe)", many=True)
+    a.add_argument("--window", type=int, default=50, help="steps averaged for the final loss gap")
+    f = sub.add_parser("fit", help="growth-exponent fits with confidence intervals")
+    f.add_argument("traces", nargs="+")
+    f.add_argument("--confidence", type=float, default=0.95)
+    b = sub.add_parser("bias", help="SR bias test across seeds (sum/dot traces); exit 1 if biased")
+    b.add_argument("traces", nargs="+")
+    b.add_argument("--confidence", type=float, default=0.99)
+    k = sub.add_parser("check", help="check numeric bounds (data/bounds); exit 1 on a violation, 2 on bad input")
+    k.add_argument("bounds", nargs="*", default=[str(REPO / "data" / "bounds")], help="files or directories")
+    k.add_argument("--fp4drift", help="the fp4drift executable (default: $FP4DRIFT_EXE or build/apps/fp4drift/fp4drift)")
+    k.add_argument("--traces", help="read DIR/EXPERIMENT.h5 where it matches the experiment instead of running it")
+
     a = p.parse_args(argv)
+    if a.command == "check":
+        return check(a.bounds, exe=a.fp4drift, traces_dir=a.traces)
+    recipes = a.recipes.split(",") if getattr(a, "recipes", None) else None
+    from . import plots   # matplotlib only where a plot is drawn (check and fit start faster)
+
     try:
+        if a.command == "fit":
+            _fit_table(a.traces, a.confidence)
+            return 0
+        if a.command == "bias":
+            return 1 if _bias_table(a.traces, a.confidence) else 0
         if a.command == "plot-quantize":
-            plot_quantize(a.trace, a.out)
-        else:
-            plot_runs(a.traces, a.out)
+            plots.plot_quantize(a.trace, a.out)
+        elif a.command == "plot-gemm":
+            plots.plot_gemm(a.trace, a.out)
+        elif a.command == "plot-run":
+            plots.plot_runs(a.traces, a.out)
+        elif a.command == "plot-growth":
+            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method)
+        elif a.command == "plot-heatmap":
+            plots.plot_heatmap(a.trace, a.out, a.quantity)
+        elif a.command == "plot-stats":
+            plots.plot_stats(a.trace, a.out, a.smooth)
+        elif a.command == "compare":
+            plots.plot_compare(a.traces, a.out, recipes)
+        elif a.command == "ablation":
+            plots.plot_ablation(a.traces, a.out, a.window)
         print(f"wrote {a.out}")
-    except (OSError, SchemaError, KeyError) as e:
+    except (OSError, SchemaError, KeyError, ValueError, BoundsError) as e:
         print(f"fp4drift_analysis: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -195,3 +195,128 @@ def test_plot_run_of_an_mlp_trace(tmp_path: Path) -> None:
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
     assert res.returncode == 0, res.stderr
     assert png.stat().st_size > 20_000
+
+
+# --- every loader, the dispatch, the optional pandas/xarray views, every plot -----------------
+
+def test_gemm_loader_and_plot(tmp_path: Path) -> None:
+    from fp4drift_analysis import load, load_gemm
+    from fp4drift_analysis.plots import plot_gemm
+
+    g = tmp_path / "g.h5"
+    subprocess.run([EXE, "gemm", "--role", "wgrad", "--m", "32", "--n", "32", "--k", "64", "--recipe", "bf16,nvfp4",
+                    "--out", str(g)], check=True, capture_output=True)
+    r = load_gemm(str(g))
+    assert r.names == ["bf16", "nvfp4"] and int(r.attrs["k"]) == 64
+    total, quant, acc = (r.attr(f"{p}_rel_frobenius") for p in ("total", "quantization", "accumulation"))
+    # BF16 (8 significant bits) is far more accurate than NVFP4; total = quantization +
+    # accumulation holds element-wise, so the Frobenius norms obey the triangle inequality.
+    assert total[0] < total[1]
+    assert (total <= quant + acc + 1e-12).all()
+    assert r.provenance["command_line"].split()[1] == "gemm"
+    assert type(load(str(g))).__name__ == "GemmResult"
+    plot_gemm(str(g), str(tmp_path / "g.pdf"))
+    assert (tmp_path / "g.pdf").stat().st_size > 5000
+
+
+def test_load_dispatch_refuses_unknown_schemas(trace: Path, tmp_path: Path) -> None:
+    from fp4drift_analysis import load
+    from fp4drift_analysis.traces import LOADERS, register_loader
+
+    assert load(str(trace)).names == ["nvfp4", "mxfp4", "bf16"]
+    bad = tmp_path / "other.h5"
+    bad.write_bytes(trace.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        f.attrs["schema"] = "fp4drift.sweep"
+    with pytest.raises(SchemaError, match="unknown schema 'fp4drift.sweep'"):
+        load(str(bad))
+    # a new schema plugs in without editing traces.py (how sweep.py adds its loader)
+    register_loader("fp4drift.sweep", {1}, lambda path, allow_incomplete=False: "sweep")
+    try:
+        assert load(str(bad)) == "sweep"
+    finally:
+        del LOADERS["fp4drift.sweep"]
+
+
+def test_plot_refuses_other_suffixes(trace: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="png or .pdf"):
+        plot_quantize(str(trace), str(tmp_path / "q.jpg"))
+    assert not (tmp_path / "q.jpg").exists()
+
+
+@pytest.fixture(scope="module")
+def mlp_traces(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("mlp")
+    out = []
+    for name, layers in (("edge", "[0]"), ("all", "[]")):
+        cfg = d / f"{name}.toml"
+        cfg.write_text(MLP_CONFIG.format(steps=40).replace('names = ["nvfp4", "bf16"]', 'names = ["nvfp4", "bf16", "fp32"]')
+                       .replace("high_precision_layers = [0]", f"high_precision_layers = {layers}"))
+        subprocess.run([EXE, "run", str(cfg), "--out", str(d / f"{name}.h5")], check=True, capture_output=True)
+        out.append(d / f"{name}.h5")
+    return out[0], out[1]
+
+
+def test_mlp_loader_arrays_config_and_fit(mlp_traces) -> None:
+    from fp4drift_analysis import fit_growth, load_run
+
+    r = load_run(str(mlp_traces[0]))
+    assert r.config["mlp"]["widths"] == [32, 64, 64, 8] and r.layers == 3
+    assert r.provenance["status"] == "complete"
+    fp32 = r.run("fp32")
+    # the fp32 recipe follows the double reference to float32 rounding (u = 6e-8): the loss gap
+    # stays below 1e-5 while NVFP4's is orders of magnitude larger
+    assert abs(fp32.rel_loss_gap[:20]).max() < 1e-5 < abs(r.run("nvfp4").rel_loss_gap).max()
+    assert r.run("nvfp4").extra["operand_clipped_fraction"].shape == r.run("nvfp4").operand_nmse.shape
+    # the package's OLS fit is the same least-squares slope fp4drift stores in the trace
+    nv = r.run("nvfp4")
+    assert fit_growth(r.compare_step, nv.weight_rel_error[:, -1]).exponent == pytest.approx(nv.growth_exponent, rel=1e-9)
+
+
+def test_pandas_and_xarray_views(trace: Path, mlp_traces, run_traces) -> None:
+    pd = pytest.importorskip("pandas")
+    from fp4drift_analysis import load_quantize, load_run
+
+    q = load_quantize(str(trace)).to_pandas()
+    assert list(q.index) == ["nvfp4", "mxfp4", "bf16"] and q.loc["nvfp4", "nmse"] == load_quantize(str(trace)).stat("nmse")[0]
+    m = load_run(str(mlp_traces[0]))
+    df = m.to_pandas()
+    assert len(df) == 3 * len(m.step) and set(df.recipe) == {"nvfp4", "bf16", "fp32"}
+    assert isinstance(load_run(str(run_traces[0])).to_pandas(), pd.DataFrame)
+    pytest.importorskip("xarray")
+    ds = m.to_xarray()
+    assert ds["weight_rel_error"].dims == ("recipe", "compare_step", "layer")
+    assert float(ds["loss"].sel(recipe="bf16").isel(step=5)) == m.run("bf16").loss[5]
+    assert load_run(str(run_traces[1])).to_xarray()["error"].shape[1] == 64
+
+
+@pytest.mark.parametrize("command,extra", [
+    ("plot-growth", ["--method", "hac"]), ("plot-heatmap", []), ("plot-stats", ["--smooth", "5"]),
+    ("compare", []), ("ablation", ["--window", "20"]), ("plot-run", []),
+])
+@pytest.mark.parametrize("suffix", [".png", ".pdf"])
+def test_mlp_plot_commands(mlp_traces, tmp_path: Path, command: str, extra: list, suffix: str) -> None:
+    traces = [str(mlp_traces[0])] if command in ("plot-heatmap", "plot-stats", "plot-run") else [str(p) for p in mlp_traces]
+    out = tmp_path / f"p{suffix}"
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", command, *traces, "--out", str(out), *extra],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 8000
+    with open(out, "rb") as f:
+        assert f.read(4) == (b"\x89PNG" if suffix == ".png" else b"%PDF")
+
+
+def test_fit_and_bias_commands(mlp_traces, run_traces) -> None:
+    cwd = Path(__file__).resolve().parents[2] / "analysis"
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "fit", str(mlp_traces[0])],
+                       capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    assert "edge.h5:nvfp4" in r.stdout and "HAC" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "bias", str(run_traces[1])],
+                       capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "indistinguishable from 0 at 99%" in r.stdout
+    # an mlp trace is not a sum: refused with exit 2
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "bias", str(mlp_traces[0])],
+                       capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 2 and "sum/dot" in r.stderr

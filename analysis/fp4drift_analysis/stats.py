@@ -1,0 +1,208 @@
+"""Statistics on fp4drift traces: power-law growth fits with confidence intervals and the test
+of stochastic rounding's bias across seeds. Stdlib + numpy only; the Student t distribution is
+evaluated exactly for integer degrees of freedom (Abramowitz & Stegun 26.7.3 / 26.7.4), which
+are the only ones these tests need. Assumptions are stated where each is used and in
+docs/analysis.md."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+
+# --- Student t -------------------------------------------------------------------------------
+
+def t_two_sided_mass(t: float, dof: int) -> float:
+    """A(t | dof) = P(|T| <= t) for Student's T with integer dof >= 1, by the finite series of
+    Abramowitz & Stegun 26.7.3 (odd dof) and 26.7.4 (even dof) in theta = atan(t / sqrt(dof))."""
+    if dof < 1 or int(dof) != dof:
+        raise ValueError(f"degrees of freedom must be an integer >= 1, got {dof}")
+    dof = int(dof)
+    t = abs(float(t))
+    if math.isinf(t):
+        return 1.0
+    theta = math.atan(t / math.sqrt(dof))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if dof % 2 == 0:
+        # sin(theta) (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... + 1*3..(dof-3)/(2*4..(dof-2)) c^(dof-2))
+        term, total = 1.0, 1.0
+        for k in range(2, dof, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return min(1.0, s * total)
+    if dof == 1:
+        return 2.0 * theta / math.pi
+    # 2/pi (theta + sin(theta) cos(theta) (1 + 2/3 c^2 + 2*4/(3*5) c^4 + ... up to c^(dof-3)))
+    term, total = 1.0, 1.0
+    for k in range(3, dof - 1, 2):
+        term *= c2 * (k - 1) / k
+        total += term
+    return min(1.0, 2.0 / math.pi * (theta + s * math.cos(theta) * total))
+
+
+LARGE_DOF = 10_000
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """The p quantile of Student's t (0.5 < p < 1) with integer dof, by bisection on
+    t_two_sided_mass (monotone): accurate to ~1e-10 relative."""
+    if not 0.5 < p < 1.0:
+        raise ValueError(f"quantile level must be in (0.5, 1), got {p}")
+    if dof > LARGE_DOF:
+        # Cornish-Fisher expansion around the normal quantile z (Abramowitz & Stegun 26.7.5);
+        # the next term is O(dof^-3) < 1e-12 here, and the series below would cost O(dof).
+        z = statistics.NormalDist().inv_cdf(p)
+        return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+    target = 2.0 * p - 1.0   # P(|T| <= t) for the upper p quantile
+    lo, hi = 0.0, 1.0
+    while t_two_sided_mass(hi, dof) < target:
+        hi *= 2.0
+        if hi > 1e12:
+            raise ValueError(f"t quantile {p} with dof {dof} out of range")
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_two_sided_mass(mid, dof) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def t_two_sided_p(t: float, dof: int) -> float:
+    """Two-sided p-value of a t statistic: P(|T| >= |t|)."""
+    return max(0.0, 1.0 - t_two_sided_mass(t, dof))
+
+
+# --- growth exponent -------------------------------------------------------------------------
+
+@dataclass
+class GrowthFit:
+    """error ~ prefactor * step^exponent, fitted by OLS of log(error) on log(step)."""
+
+    exponent: float
+    prefactor: float
+    stderr: float          # of the exponent, by `method`
+    ci_low: float
+    ci_high: float
+    confidence: float
+    points: int            # points used (positive, finite error at step > 0)
+    dropped: int           # points left out (zero, negative or non-finite error, step <= 0)
+    method: str            # "ols" (iid residuals) or "hac" (Newey-West, Bartlett kernel)
+    lag: int               # HAC lag (0 for ols)
+
+    def label(self) -> str:
+        pct = round(100 * self.confidence)
+        return f"slope {self.exponent:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}] ({pct}% CI, {self.method})"
+
+
+def newey_west_lag(n: int) -> int:
+    """Newey & West's (1994) rule of thumb: floor(4 (n / 100)^(2/9))."""
+    return int(math.floor(4.0 * (n / 100.0) ** (2.0 / 9.0)))
+
+
+def fit_growth(step, error, confidence: float = 0.95, method: str = "ols", lag: int | None = None) -> GrowthFit:
+    """Fit log(error) = log(prefactor) + exponent log(step) by ordinary least squares.
+
+    The interval is exponent +- t_{(1+confidence)/2, n-2} * stderr.
+    - method "ols": stderr from the residual variance, which assumes independent, equal-variance
+      residuals. Errors along one trajectory are strongly autocorrelated (each step's error
+      carries the previous one), so this interval is optimistic: read it as the precision of
+      the fit to this one trajectory, not as the spread over trajectories.
+    - method "hac": the Newey-West heteroskedasticity-and-autocorrelation-consistent stderr
+      (Bartlett weights 1 - l/(lag+1), lag by newey_west_lag unless given), which widens the
+      interval for positively correlated residuals. With residuals as persistent as a random
+      walk no fixed small lag is enough either; the honest spread over trajectories needs
+      several seeds (a sweep).
+    Points with error <= 0, non-finite error or step <= 0 have no logarithm and are dropped
+    (counted in `dropped`). Note that equally spaced steps put most points at large step on
+    the log axis, so the fit is dominated by the late trajectory."""
+    if method not in ("ols", "hac"):
+        raise ValueError(f"unknown fit method {method!r} (ols, hac)")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    s = np.asarray(step, dtype=float).ravel()
+    e = np.asarray(error, dtype=float).ravel()
+    if s.shape != e.shape:
+        raise ValueError(f"step and error differ in length ({s.size} vs {e.size})")
+    ok = np.isfinite(s) & np.isfinite(e) & (s > 0) & (e > 0)
+    n = int(ok.sum())
+    if n < 3:
+        raise ValueError(f"a growth fit needs at least 3 points with positive finite error, got {n}")
+    x, y = np.log(s[ok]), np.log(e[ok])
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    if sxx == 0.0:
+        raise ValueError("all points share one step: no growth exponent")
+    b = float(xc @ (y - y.mean())) / sxx
+    a = float(y.mean() - b * x.mean())
+    u = y - a - b * x
+    dof = n - 2
+    if method == "ols":
+        se = math.sqrt(float(u @ u) / dof / sxx)
+        L = 0
+    else:
+        L = newey_west_lag(n) if lag is None else int(lag)
+        v = xc * u
+        meat = float(v @ v)
+        for l in range(1, min(L, n - 1) + 1):
+            meat += 2.0 * (1.0 - l / (L + 1.0)) * float(v[l:] @ v[:-l])
+        se = math.sqrt(max(meat, 0.0) * n / dof) / sxx   # n/(n-2): the small-sample factor of HC1
+    half = t_quantile(0.5 + confidence / 2.0, dof) * se
+    return GrowthFit(exponent=b, prefactor=math.exp(a), stderr=se, ci_low=b - half, ci_high=b + half,
+                     confidence=confidence, points=n, dropped=int(s.size - n), method=method, lag=L)
+
+
+# --- SR bias across seeds --------------------------------------------------------------------
+
+@dataclass
+class BiasTest:
+    """Two-sided t test of H0: E[error] = 0 over independent SR runs (one error per seed)."""
+
+    mean: float
+    stderr: float
+    t: float
+    dof: int
+    p_value: float
+    confidence: float
+    critical_t: float
+
+    @property
+    def unbiased(self) -> bool:
+        """True when the mean error is indistinguishable from zero at `confidence`."""
+        return abs(self.t) <= self.critical_t
+
+    def summary(self) -> str:
+        verdict = "indistinguishable from 0" if self.unbiased else "BIASED"
+        return (f"mean error {self.mean:.4g} +- {self.stderr:.3g} (s.e.), t = {self.t:.3f}, dof {self.dof}, "
+                f"p = {self.p_value:.3g}: {verdict} at {100 * self.confidence:g}% (|t| <= {self.critical_t:.3f})")
+
+
+def sr_bias_test(errors, confidence: float = 0.99) -> BiasTest:
+    """Test whether SR's errors over independent seeds have mean zero.
+
+    t = mean / (s / sqrt(R)) with R runs and the sample standard deviation s; under H0 and
+    approximately normal errors (or R large enough for the central limit theorem; a sum of
+    many independent rounding errors is close to normal) t follows Student's t with R - 1
+    degrees of freedom. Assumes the runs are independent: distinct SR seeds, the same input.
+    A systematic bias b is detected once |b| exceeds about critical_t * stderr."""
+    e = np.asarray(errors, dtype=float).ravel()
+    if e.size < 2:
+        raise ValueError(f"a bias test needs at least 2 runs, got {e.size}")
+    if not np.all(np.isfinite(e)):
+        raise ValueError(f"{int((~np.isfinite(e)).sum())} non-finite errors among {e.size} runs")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    R = e.size
+    mean = float(e.mean())
+    se = float(e.std(ddof=1)) / math.sqrt(R)
+    if se == 0.0:
+        t = 0.0 if mean == 0.0 else math.copysign(math.inf, mean)
+    else:
+        t = mean / se
+    return BiasTest(mean=mean, stderr=se, t=t, dof=R - 1, p_value=t_two_sided_p(t, R - 1), confidence=confidence,
+                    critical_t=t_quantile(0.5 + confidence / 2.0, R - 1))

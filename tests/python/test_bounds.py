@@ -1,0 +1,137 @@
+"""The numeric-bounds checker (python -m fp4drift_analysis check): the shipped bounds files
+parse, bad input exits 2 naming the problem, a violated bound exits 1 with its diff, and
+matching traces are read instead of rerun."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "analysis"))
+from fp4drift_analysis import bounds as B  # noqa: E402
+
+EXE = os.environ.get("FP4DRIFT_EXE", "")
+needs_exe = pytest.mark.skipif(not (EXE and os.access(EXE, os.X_OK)), reason="FP4DRIFT_EXE not set to the fp4drift binary")
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "analysis"))
+    extra = ["--fp4drift", EXE] if EXE else []
+    return subprocess.run([sys.executable, "-m", "fp4drift_analysis", "check", *args, *extra],
+                          capture_output=True, text=True, env=env)
+
+
+SUM_RN = """
+[experiments.rn]
+config = "data/configs/sum-fp16-rn.toml"
+overrides = { "sum.n" = 4096 }
+"""
+
+BOUND = """
+[[bounds]]
+name = "{name}"
+experiment = "rn"
+metric = "sum.first_stagnation"
+{limits}
+rationale = "n ones in FP16 under RNE stop at 2048"
+provenance = "theory: p = 11"
+"""
+
+
+def test_shipped_bounds_parse_with_rationale_and_provenance() -> None:
+    experiments, bounds = B.load_bounds([str(ROOT / "data" / "bounds")])
+    assert 6 <= len(bounds) <= 14
+    for b in bounds:
+        assert b.rationale and b.provenance.split(":")[0] in ("theory", "measured")
+        for e in b.experiments():
+            assert e in experiments
+    # every config experiment writes back in fp4drift's TOML subset to the same table
+    for e in experiments.values():
+        if e.config:
+            cfg = e.expected_config()
+            assert tomllib.loads(B.write_config(cfg)) == cfg
+
+
+@pytest.mark.parametrize("text,needle", [
+    (SUM_RN + BOUND.format(name="a", limits="max = 1\ntolerance = 3"), "unknown key 'tolerance'"),
+    (SUM_RN.replace("overrides", "override") + BOUND.format(name="a", limits="max = 1"), "unknown key 'override'"),
+    ("[bound]\nx = 1\n", "unknown top-level key 'bound'"),
+    (SUM_RN + BOUND.format(name="a", limits="min = 3\nmax = 1"), "min 3.0 > max 1.0"),
+    (SUM_RN + BOUND.format(name="a", limits=""), "needs 'min', 'max' or both"),
+    (SUM_RN + BOUND.format(name="a", limits="max = 1").replace("theory: p = 11", "p = 11"), "provenance must start"),
+    (SUM_RN + BOUND.format(name="a", limits="max = 1").replace('"rn"', '"nope"'), "unknown experiment 'nope'"),
+    (SUM_RN + BOUND.format(name="a", limits="max = 1").replace("sum.first_stagnation", "sum.nothing"), "unknown metric"),
+    (SUM_RN.replace("sum-fp16-rn", "missing") + BOUND.format(name="a", limits="max = 1"), "missing.toml not found"),
+    (SUM_RN + BOUND.format(name="a", limits="max = 1") + BOUND.format(name="a", limits="max = 2"), "used twice"),
+])
+def test_bad_bounds_files_exit_2_naming_the_problem(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text(text)
+    r = run_check(str(f))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr
+    assert "PASS" not in r.stdout and "FAIL" not in r.stdout   # no table after bad input
+
+
+def test_missing_bounds_path_exits_2(tmp_path: Path) -> None:
+    r = run_check(str(tmp_path / "nowhere.toml"))
+    assert r.returncode == 2 and "nowhere.toml: no such file" in r.stderr
+
+
+@needs_exe
+def test_violated_bound_exits_1_with_a_diff(tmp_path: Path) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text(SUM_RN + BOUND.format(name="holds", limits="min = 2049\nmax = 2049")
+                 + BOUND.format(name="deliberately-violated", limits="max = 2000"))
+    r = run_check(str(f))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    row = {ln.split()[0]: ln.split() for ln in lines if ln.startswith(("holds", "deliberately-violated"))}
+    assert row["holds"][1] == "2049" and row["holds"][-1] == "PASS"
+    assert row["deliberately-violated"][1] == "2049" and row["deliberately-violated"][-1] == "FAIL"
+    assert row["deliberately-violated"][-2] == "-2.5%"       # (2000 - 2049) / 2000
+    assert "--- bound deliberately-violated" in r.stdout
+    assert "-   expected: sum.first_stagnation(rn: run=0) <= 2000" in r.stdout
+    assert "+   measured: 2049   (49 above the max (2.5% of it))" in r.stdout
+    assert "rationale:  n ones in FP16 under RNE stop at 2048" in r.stdout
+    assert "1 of 2 hold, 1 VIOLATED" in r.stdout
+
+
+@needs_exe
+def test_matching_traces_are_read_and_others_rerun(tmp_path: Path) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text(SUM_RN + BOUND.format(name="stagnation", limits="min = 2049\nmax = 2049"))
+    (tmp_path / "traces").mkdir()
+    cfg = tmp_path / "rn.toml"
+    cfg.write_text(B.write_config(B.load_bounds([str(f)])[0]["rn"].expected_config()))
+    subprocess.run([EXE, "run", str(cfg), "--out", str(tmp_path / "traces" / "rn.h5")], check=True, capture_output=True)
+    r = run_check(str(f), "--traces", str(tmp_path / "traces"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "experiment rn: read" in r.stdout
+    # a trace of another config (n = 3000) under the same name is not used: the experiment runs
+    cfg.write_text(cfg.read_text().replace("n = 4096", "n = 3000"))
+    subprocess.run([EXE, "run", str(cfg), "--out", str(tmp_path / "traces" / "rn.h5")], check=True, capture_output=True)
+    r = run_check(str(f), "--traces", str(tmp_path / "traces"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "experiment rn: ran" in r.stdout and "its config differs" in r.stdout
+
+
+def test_margin_and_non_finite_values() -> None:
+    assert B._margin(0.9, None, 1.0) == (pytest.approx(0.1), True)
+    assert B._margin(5.0, 4.0, 100.0) == (pytest.approx(0.25), True)   # nearest limit: 4
+    assert B._margin(-0.5, None, 0.0) == (0.5, False)                  # a zero limit: absolute
+    bound = B.Bound("x", "f", "sum.value", {}, "e", 0.0, 1.0, "r", "theory: t")
+    B.METRICS["test.nan"] = ((), {}, lambda tr, p: (math.nan, "nan"))
+    try:
+        bound.metric = "test.nan"
+        r = B.evaluate(bound, {"e": None})
+    finally:
+        del B.METRICS["test.nan"]
+    assert not r.ok    # a NaN never passes a bound
