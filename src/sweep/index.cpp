@@ -76,7 +76,7 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
 
   h5::Group sum = root.create_group("summary");
   std::vector<std::string> id, label, overrides, workload, status, error;
-  std::vector<std::int64_t> exit_code, attempts;
+  std::vector<std::int64_t> exit_code, attempts, rank;
   std::vector<double> wall, ref_loss, rms, mean, exact;
   for (std::size_t i = 0; i < n; ++i) {
     const SweepRun& r = s.runs[i];
@@ -90,6 +90,7 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
     error.push_back(records[i].error);
     exit_code.push_back(records[i].exit_code);
     attempts.push_back(records[i].attempts);
+    rank.push_back(records[i].rank);
     wall.push_back(records[i].wall_s);
     ref_loss.push_back(metrics[i].reference_final_loss);
     rms.push_back(metrics[i].final_rms_error);
@@ -107,6 +108,7 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
   write_strings(sum, "error", error);
   sum.write("exit_code", exit_code);
   sum.write("attempts", attempts);
+  sum.write("rank", rank);
   sum.write("wall_s", wall);
   sum.write("reference_final_loss", ref_loss);
   sum.write("final_rms_error", rms);

@@ -72,6 +72,7 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
   o.backend = s.backend;
   o.slots = slots;
   o.slot_offset = local_rank * slots;
+  o.rank = rank;
   o.omp_threads = default_omp_threads(slots * local_size);
   if (s.backend == "cuda") o.devices = visible_gpus();
   Executor ex(s, o);

@@ -105,6 +105,7 @@ void Executor::launch(int run) {
   Child c{0, run, slot, std::chrono::steady_clock::now(), 0, read_record(p.record)};
   c.record.status = "running";
   c.record.attempts += 1;
+  c.record.rank = opt_.rank;
   write_record(p.record, c.record);
   {
     std::ofstream log(p.log, std::ios::app);

@@ -29,11 +29,8 @@ struct ExecOptions {
   int slots = 1;                     // concurrent children of this process
   int slot_offset = 0;               // this process's first slot among all (GPU assignment)
   std::vector<std::string> devices;  // GPUs to hand out (--backend cuda); child k gets devices[(offset + k) % size]
-  int omp_threads = 0;               // One sweep per output directory at a time: creates OUTDIR and holds an flock on
-// OUTDIR/sweep.lock for the process's life (std::invalid_argument if another sweep holds it).
-void lock_outdir(const std::string& outdir);
-
-// OMP_NUM_THREADS for the children; 0: inherit
+  int omp_threads = 0;               // OMP_NUM_THREADS for the children; 0: inherit
+  int rank = 0;                      // MPI rank (recorded with each run)
 };
 
 class Executor {

@@ -43,7 +43,7 @@ std::string record_text(const RunRecord& r) {
   std::snprintf(wall, sizeof wall, "%.17g", r.wall_s);
   return "# fp4drift sweep: this run's record (rewritten after every attempt)\nstatus = " + toml_quote(r.status) +
          "\nexit_code = " + std::to_string(r.exit_code) + "\nwall_s = " + wall + "\nattempts = " +
-         std::to_string(r.attempts) + "\nerror = " + toml_quote(r.error) + "\n";
+         std::to_string(r.attempts) + "\nerror = " + toml_quote(r.error) + "\nrank = " + std::to_string(r.rank) + "\n";
 }
 
 RunRecord parse_record(const std::string& text, const std::string& source) {
@@ -54,6 +54,7 @@ RunRecord parse_record(const std::string& text, const std::string& source) {
   r.wall_s = c.get_double("wall_s");
   r.attempts = static_cast<int>(c.get_int("attempts"));
   r.error = c.get_string("error");
+  r.rank = static_cast<int>(c.get_int("rank", 0));
   c.finish();
   return r;
 }

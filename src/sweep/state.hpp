@@ -21,6 +21,7 @@ struct RunRecord {
   double wall_s = 0;               // summed over the attempts
   int attempts = 0;
   std::string error;               // failed runs: the reason (the run's last error line)
+  int rank = 0;                    // the MPI rank that ran the last attempt (0 in local mode)
 };
 
 // Paths of a run under the sweep's output directory.
