@@ -30,13 +30,13 @@ int run_sweep(const SweepArgs& a, const std::string& command_line) {
   if (a.workers < 0) throw UsageError("--workers must be at least 1");
   if (a.workers > 0) s.workers = a.workers;
   const std::string out = a.out.empty() ? s.out : a.out;
-  if (out.empty()) throw UsageError(a.sweep + " names no output directory (key 'out'): give --out DIR");
   if (a.dry_run) {
     std::printf("%zu runs (workload %s) from %s, base %s; output %s\n", s.runs.size(), s.runs.front().workload.c_str(),
-                s.source.c_str(), s.base_source.c_str(), out.c_str());
+                s.source.c_str(), s.base_source.c_str(), out.empty() ? "(none given)" : out.c_str());
     for (const sweep::SweepRun& r : s.runs) std::printf("  %s  %s\n", r.id.c_str(), r.label.c_str());
     return 0;
   }
+  if (out.empty()) throw UsageError(a.sweep + " names no output directory (key 'out'): give --out DIR");
   require_backend(s.backend);
   if (sweep::launcher_world_size() > 1) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
   return sweep::run_local(s, out, static_cast<int>(s.workers), command_line);

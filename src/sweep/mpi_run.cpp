@@ -129,7 +129,7 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
       co.tick(ex.running() + remote_running);
       if (stopped && ex.running() == 0) break;  // remote ranks got the signal too (mpirun forwards it)
       if ((next == todo.size()) && ex.running() == 0 && remote_running == 0 && retired == remote_slots) break;
-      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     rc = co.finish(stopped);
   } else {
@@ -161,7 +161,7 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
       }
       if (stopped && ex.running() == 0) break;
       if (retired == slots && ex.running() == 0) break;
-      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     rc = stopped ? 130 : 0;
   }
