@@ -38,7 +38,7 @@ int run_sweep(const SweepArgs& a, const std::string& command_line) {
   }
   if (out.empty()) throw UsageError(a.sweep + " names no output directory (key 'out'): give --out DIR");
   require_backend(s.backend);
-  if (sweep::launcher_world_size() > 1) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
+  if (const int ws = sweep::launcher_world_size(); ws > 1 || ws < 0) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
   return sweep::run_local(s, out, static_cast<int>(s.workers), command_line);
 }
 

@@ -114,7 +114,15 @@ Sweep expand_sweep(const std::string& sweep_text, const std::string& sweep_sourc
   std::map<std::string, std::vector<Axis>> lists;
   for (const TomlLine& l : scan_toml(sweep_text)) {
     if (l.kind == TomlLine::Section) {
-      if (l.section == "grid" || l.section.rfind("grid.", 0) == 0 || l.section.rfind("list.", 0) == 0) continue;
+      if (l.section.rfind("list.", 0) == 0) {  // an entry exists from its header on: [list.base] is the base as is
+        const std::string name = l.section.substr(5, l.section.find('.', 5) - 5);
+        if (!lists.count(name)) {
+          list_names.push_back(name);
+          lists[name];
+        }
+        continue;
+      }
+      if (l.section == "grid" || l.section.rfind("grid.", 0) == 0) continue;
       if (l.section == "list") fail(l.line, "[list] needs a name: [list.NAME] or [list.NAME.SECTION]");
       fail(l.line, "unknown section [" + l.section + "] (a sweep file has [grid...] and [list.NAME...] sections)");
     }

@@ -13,9 +13,9 @@
 namespace fp4d::sweep {
 
 int launcher_world_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})  // OpenMPI's mpirun; MPICH's Hydra, Slurm's PMI-2
     if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
-  return std::getenv("PMIX_RANK") ? 1 : 0;
+  return std::getenv("PMIX_RANK") ? -1 : 0;  // a PMIx launcher (srun --mpi=pmix): MPI will say
 }
 
 #if !defined(FP4DRIFT_WITH_MPI)

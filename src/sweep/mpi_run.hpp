@@ -12,8 +12,8 @@
 
 namespace fp4d::sweep {
 
-// World size announced by an MPI launcher's environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
-// PMIX/Slurm-free); 0 when not launched by one.
+// World size announced by an MPI launcher's environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE); -1
+// when a PMIx launcher started the process without saying (ask MPI); 0 when no launcher did.
 int launcher_world_size();
 bool mpi_available();  // this build has MPI
 // Initialises MPI, runs the sweep over the ranks, finalises; the exit status (every rank).

@@ -285,3 +285,31 @@ def test_mpirun_two_ranks(tmp_path: Path) -> None:
     assert sweep(s, local).returncode == 0
     for rid in idx.ids:
         assert_same(datasets(out / "runs" / rid / "trace.h5"), datasets(local / "runs" / rid / "trace.h5"), rid)
+
+
+def test_sum_sweep_list_times_grid_and_its_summary(tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text('workload = "sum"\n[sum]\nterms = "constant"\nc = 1.0\nn = 4096\n'
+                                        'format = "fp16"\nrounding = "sr"\nruns = 4\nseed = 1\n')
+    s = tmp_path / "sweep.toml"
+    s.write_text('base = "base.toml"\nworkers = 2\n[list.rn.sum]\nrounding = "rne"\nruns = 1\n'
+                 '[list.sr]\n[grid.sum]\nseed = [3, 4]\n')
+    out = tmp_path / "out"
+    p = sweep(s, out)
+    assert p.returncode == 0, p.stderr
+    idx = load_sweep(str(out / "sweep.h5"))
+    assert list(idx.summary["label"]) == ['rn: sum.rounding="rne" sum.runs=1 sum.seed=3',
+                                          'rn: sum.rounding="rne" sum.runs=1 sum.seed=4',
+                                          "sr: sum.seed=3", "sr: sum.seed=4"]
+    # An entry that leaves a key at the base value: NaN for numbers, None otherwise.
+    np.testing.assert_array_equal(idx.params["sum.runs"], [1, 1, np.nan, np.nan])
+    assert list(idx.params["sum.rounding"]) == ["rne", "rne", None, None]
+    assert idx.recipes["run"].size == 0  # no mlp runs
+    for i in range(4):
+        run = idx.run(i)
+        assert idx.summary["final_rms_error"][i] == run.rms_error[-1]
+        assert idx.summary["final_exact"][i] == run.exact[-1] == 4096
+    # Under RNE an FP16 sum of ones stops at 2048 (the error is exactly 2048 at n = 4096) for
+    # any seed; SR stays near the exact sum.
+    assert list(idx.summary["final_rms_error"][:2]) == [2048, 2048]
+    assert np.all(idx.summary["final_rms_error"][2:] < 100)
+    assert np.isnan(idx.summary["reference_final_loss"]).all()

@@ -73,6 +73,12 @@ TEST_CASE("sweep: list entries times grid points, entries in file order", "[swee
   CHECK(c.get_int("sum.seed") == 8);
   Config d = Config::parse(s.runs[2].config_text);
   CHECK(d.get_string("sum.format") == "fp16");  // the base value where the entry sets none
+  // An entry with no keys is the base config itself (a baseline beside the variants).
+  const sw::Sweep b = expand("base = \"b\"\n[list.base]\n[list.big.sum]\nn = 4096\n");
+  REQUIRE(b.runs.size() == 2);
+  CHECK(b.runs[0].label == "base:");
+  CHECK(b.runs[0].config_text == std::string(kBase));
+  CHECK(b.runs[1].label == "big: sum.n=4096");
 }
 
 TEST_CASE("sweep: ids are stable and follow the values, not their spelling", "[sweep]") {
