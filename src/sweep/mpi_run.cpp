@@ -152,12 +152,13 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
       }
       for (const auto& [run, rec] : ex.poll()) {
         idle = false;
+        if (stopped) continue;  // rank 0 may be gone; the record is on disk for the next sweep
         std::string msg = "D";  // (built in steps: GCC 12 warns falsely on "D" + std::string)
         msg += std::to_string(run);
         msg += '\n';
         msg += record_text(rec);
         send_string(msg);
-        if (!stopped) send_string("R");
+        send_string("R");
       }
       if (stopped && ex.running() == 0) break;
       if (retired == slots && ex.running() == 0) break;

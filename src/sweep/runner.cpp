@@ -92,17 +92,17 @@ std::vector<std::string> visible_gpus() {
 
 Executor::Executor(const Sweep& s, ExecOptions o) : s_(s), opt_(std::move(o)), slot_busy_(opt_.slots, false) {}
 
-void Executor::launch(int run) {
+void Executor::launch(int run, bool fresh) {
   const SweepRun& r = s_.runs.at(run);
   const RunPaths p(opt_.outdir, r.id);
-  const bool resume = plan_run(p) == Action::Resume;
+  const bool resume = !fresh && plan_run(p) == Action::Resume;
   if (!resume) {
     fs::remove(p.trace);
     fs::remove(p.trace + ".partial");
   }
   int slot = 0;
   while (slot_busy_[slot]) ++slot;
-  Child c{0, run, slot, std::chrono::steady_clock::now(), 0, read_record(p.record)};
+  Child c{0, run, slot, std::chrono::steady_clock::now(), 0, read_record(p.record), resume};
   c.record.status = "running";
   c.record.attempts += 1;
   c.record.rank = opt_.rank;
@@ -196,8 +196,16 @@ std::vector<std::pair<int, RunRecord>> Executor::poll() {
     }
     write_record(p.record, r);
     slot_busy_[c.slot] = false;
-    done.emplace_back(c.run, r);
+    const int run = c.run;
+    const bool retry = c.resume && r.status == "failed" && !stopping_;
     children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(k));
+    if (retry) {  // a checkpoint that cannot be resumed: start the run again, now
+      std::ofstream(p.log, std::ios::app) << "=== fp4drift sweep: the resume failed (" << r.error
+                                          << "); starting again from step 0 ===\n";
+      launch(run, true);
+      continue;
+    }
+    done.emplace_back(run, r);
   }
   return done;
 }
@@ -326,10 +334,13 @@ int Coordinator::finish(bool interrupted) {
 void lock_outdir(const std::string& outdir) {
   fs::create_directories(outdir);
   const std::string path = (fs::path(outdir) / "sweep.lock").string();
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Not close-on-exec: the runs inherit the descriptor, so the lock lasts until the last of
+  // them has ended - runs orphaned by a killed sweep keep a rerun from writing under them.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
   if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
-    throw std::invalid_argument("another sweep is running in '" + outdir + "' (" + path + " is locked)");
-  // fd stays open (and locked) until the process exits
+    throw std::invalid_argument("another sweep, or the runs of a killed one, is running in '" + outdir + "' (" + path +
+                                " is locked)");
+  // fd stays open (and locked) until the process and its runs exit
 }
 
 int default_omp_threads(int concurrent) {

@@ -38,7 +38,8 @@ class Executor {
   Executor(const Sweep& s, ExecOptions o);
   int running() const { return static_cast<int>(children_.size()); }
   bool has_free_slot() const { return running() < opt_.slots; }
-  void launch(int run);  // resumes or starts from scratch (plan_run), never for a complete run
+  // Resumes or starts from scratch (plan_run; `fresh` forces scratch), never a complete run.
+  void launch(int run, bool fresh = false);
   // The runs whose children ended since the last call, with their (written) records.
   std::vector<std::pair<int, RunRecord>> poll();
   void stop_all();  // SIGTERM to every child: mlp runs flush and exit 130
@@ -50,6 +51,7 @@ class Executor {
     std::chrono::steady_clock::time_point start;
     std::uintmax_t log_offset;
     RunRecord record;
+    bool resume;
   };
   const Sweep& s_;
   ExecOptions opt_;

@@ -34,7 +34,10 @@ std::string trace_status(const std::string& trace) {
 Action plan_run(const RunPaths& p) {
   const std::string st = trace_status(p.trace);
   if (st == "complete") return Action::Skip;
-  if (st == "running" || st == "interrupted") return Action::Resume;
+  // Only a clean stop is resumed. "running" means the writer died without flushing (SIGKILL,
+  // a lost node): HDF5 files are not crash-consistent, and resuming such traces was seen to
+  // fail ("inflate() failed" on a half-written chunk) - so the run starts again.
+  if (st == "interrupted") return Action::Resume;
   return Action::Fresh;
 }
 

@@ -2,8 +2,11 @@
 // run's trace, its log, and result.toml - the sweep's record of the attempts (status, exit
 // code, wall time, error). Restart semantics (docs/sweeps.md):
 //   trace complete                 -> skipped (its record kept; recreated if missing)
-//   trace running / interrupted    -> resumed (`fp4drift run --resume`: mlp runs continue
-//                                     bit-exactly from their last checkpoint)
+//   trace interrupted (clean stop) -> resumed (`fp4drift run --resume`: mlp runs continue
+//                                     bit-exactly from their last checkpoint); if the resume
+//                                     fails, the run starts again from scratch at once
+//   trace running (writer killed)  -> run from the start: a file whose writer died mid-write
+//                                     is not trusted
 //   trace failed, absent, .partial -> run from the start (a failure is recorded, and rerun on
 //                                     the next sweep: deterministic failures fail again
 //                                     quickly, transient ones - a lost node, OOM - get another try)
