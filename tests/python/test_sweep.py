@@ -392,3 +392,35 @@ def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
     log = (out / "runs" / rid / "log.txt").read_text()
     assert "attempt 2 (resume)" in log and "the resume failed" in log and "attempt 3 at" in log
     assert_same(datasets(trace), want, rid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
+    except OSError:
+        return False
+
+
+def test_runs_orphaned_by_a_killed_sweep_keep_the_directory_locked(tmp_path: Path) -> None:
+    s = make_sweep(tmp_path, 1000, [1], lrs=(0.02,))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([EXE, "sweep", str(s), "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline and not _children(proc.pid):
+        time.sleep(0.01)
+    orphans = _children(proc.pid)
+    assert orphans
+    proc.kill()  # SIGKILL: the sweep cannot stop its run, which goes on
+    proc.communicate()
+    p = sweep(s, out)
+    assert _alive(orphans[0]), "the run ended before the check: make it longer"
+    assert p.returncode == 2 and "the runs of a killed one, is running" in p.stderr
+    deadline = time.time() + 60
+    while time.time() < deadline and _alive(orphans[0]):
+        time.sleep(0.05)
+    p = sweep(s, out)
+    assert p.returncode == 0, p.stderr
+    idx = load_sweep(str(out / "sweep.h5"))
+    # The orphan finished the run; the sweep takes its trace as it is.
+    assert list(idx.summary["status"]) == ["complete"] and list(idx.summary["attempts"]) == [1]
