@@ -108,6 +108,9 @@ TEST_CASE("sweep: overrides replace a value or add the key to its section", "[sw
   const std::string u = sw::apply_overrides(kBase, {{"sum.c", "3.0"}});
   CHECK(contains(u, "c = 3.0   # set by the sweep"));
   CHECK(!contains(u, "the addend"));
+  // A key added to a section that is not the last goes inside it, before the next header.
+  const std::string w = sw::apply_overrides("[a]\nx = 1\n\n[b]\ny = 2\n", {{"a.z", "3"}, {"b.w", "4"}});
+  CHECK(w == "[a]\nx = 1\nz = 3   # added by the sweep\n\n[b]\ny = 2\nw = 4   # added by the sweep\n");
   // Top-level keys go before the first section.
   const std::string v = sw::apply_overrides("[a]\nx = 1\n", {{"top", "\"y\""}});
   CHECK(Config::parse(v).get_string("top") == "y");
