@@ -1,6 +1,7 @@
 // Sweep expansion (src/sweep/expand.hpp): grid x list products in a stated order, ids stable
 // across expansions and independent of how a value is spelled, overrides replacing or adding
 // keys in the config text, and every malformed sweep refused before anything runs.
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -175,4 +176,19 @@ TEST_CASE("sweep: value texts, arrays and records", "[sweep]") {
   CHECK(back.wall_s == 0.1);  // %.17g round-trips a double exactly
   CHECK(back.attempts == 3);
   CHECK(back.error == r.error);
+}
+
+TEST_CASE("sweep: every shipped sweep file in data/sweeps expands and validates", "[sweep]") {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(FP4DRIFT_SOURCE_DIR "/data/sweeps")) {
+    if (e.path().extension() != ".toml") continue;
+    INFO(e.path().string());
+    const sw::Sweep s = sw::load_sweep(e.path().string());
+    CHECK(!s.runs.empty());
+    std::set<std::string> ids;
+    for (const sw::SweepRun& r : s.runs) ids.insert(r.id);
+    CHECK(ids.size() == s.runs.size());
+    ++files;
+  }
+  CHECK(files >= 3);
 }
