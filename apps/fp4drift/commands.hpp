@@ -17,6 +17,7 @@ Runner add_bench(CLI::App& app);
 Runner add_gemm(CLI::App& app, const std::string& command_line);
 Runner add_accumulator(CLI::App& app);
 Runner add_run(CLI::App& app, const std::string& command_line);
+Runner add_sweep(CLI::App& app, const std::string& command_line);  // cmd_sweep.cpp
 // fp4drift bench gemm-cuda and quantize-dual-cuda (cmd_bench_cuda.cpp).
 int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json);
 int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool json);

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   runners[gm] = fp4d::cli::add_gemm(*gm, command_line);
   CLI::App* run = app.add_subcommand("run", "Run one experiment from a config file (workloads sum, dot, mlp)");
   runners[run] = fp4d::cli::add_run(*run, command_line);
+  CLI::App* sw = app.add_subcommand("sweep", "Many runs from a sweep file: a grid or list of config overrides, N workers or MPI ranks");
+  runners[sw] = fp4d::cli::add_sweep(*sw, command_line);
   CLI::App* acc = app.add_subcommand("accumulator", "GPU tensor-core GEMMs: bits of the exact partial sums kept, vs K (CUDA)");
   runners[acc] = fp4d::cli::add_accumulator(*acc);
   CLI::App* b = app.add_subcommand("bench", "Benchmarks (throughput, bit-identity across thread counts)");

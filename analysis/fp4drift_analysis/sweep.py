@@ -1,0 +1,88 @@
+"""Loading the index of an `fp4drift sweep` (OUTDIR/sweep.h5, schema fp4drift.sweep; layout in
+docs/trace-format.md, semantics in docs/sweeps.md) as one dataset: the summary table as numpy
+arrays, the swept parameters as columns, and each run's trace through `load_run`.
+
+    from fp4drift_analysis.sweep import load_sweep
+    s = load_sweep("out/sweep/sweep.h5")
+    s.params["mlp.lr"], s.summary["status"], s.recipes["final_loss"]   # aligned arrays
+    s.run(0)                                                           # MlpRun / SumDotRun
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from .traces import SchemaError, load_run
+
+SWEEP_SCHEMA_VERSIONS = {1}
+
+
+def _column(ds: h5py.Dataset) -> np.ndarray:
+    if h5py.check_string_dtype(ds.dtype) is not None:
+        return np.array(ds.asstr()[()], dtype=str)
+    return ds[()]
+
+
+def _param_column(texts: np.ndarray) -> np.ndarray:
+    """The TOML value texts of one axis as values: float64 when every run sets a number (NaN
+    where a run leaves the key at the base config's value), else an object array (None there)."""
+    values = [tomllib.loads(f"v = {t}")["v"] if t else None for t in texts]
+    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+@dataclass
+class Sweep:
+    path: str
+    attrs: dict                                   # root: status, counts, sweep file text, provenance
+    summary: dict[str, np.ndarray]                # one entry per run (index, id, status, wall_s, ...)
+    params: dict[str, np.ndarray]                 # per swept key, one value per run
+    recipes: dict[str, np.ndarray] = field(default_factory=dict)  # mlp: one row per (run, recipe)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.summary["id"])
+
+    def trace_path(self, run: int | str) -> str:
+        rid = self.ids[run] if isinstance(run, (int, np.integer)) else run
+        return os.path.join(os.path.dirname(os.path.abspath(self.path)), "runs", rid, "trace.h5")
+
+    def run(self, run: int | str, allow_incomplete: bool = False):
+        """The trace of one run (index or id) through fp4drift_analysis.load_run."""
+        return load_run(self.trace_path(run), allow_incomplete=allow_incomplete)
+
+    def complete(self) -> np.ndarray:
+        """Indices of the runs whose status is complete."""
+        return np.flatnonzero(self.summary["status"] == "complete")
+
+
+def load_sweep(path: str, allow_incomplete: bool = False) -> Sweep:
+    """Load a sweep index. A sweep still running or interrupted is refused unless
+    allow_incomplete (its table then has runs whose status is not 'complete')."""
+    with h5py.File(path, "r") as f:
+        schema, version = f.attrs.get("schema"), f.attrs.get("schema_version")
+        if schema != "fp4drift.sweep":
+            raise SchemaError(f"{path}: schema {schema!r}, expected 'fp4drift.sweep'")
+        if int(version) not in SWEEP_SCHEMA_VERSIONS:
+            raise SchemaError(f"{path}: fp4drift.sweep schema version {int(version)} is not supported "
+                              f"(this package reads {sorted(SWEEP_SCHEMA_VERSIONS)})")
+        status = f.attrs.get("status")
+        if status != "complete" and not allow_incomplete:
+            raise SchemaError(f"{path}: sweep status is {status!r}, not 'complete' (allow_incomplete=True to read it)")
+        g = f["summary"]
+        summary = {k: _column(g[k]) for k in g if isinstance(g[k], h5py.Dataset)}
+        params = {}
+        axes = [a for a in str(f.attrs.get("axes", "")).split(",") if a]
+        for axis in axes:
+            params[axis] = _param_column(_column(g["param"][axis]))
+        r = f["summary_recipes"]
+        recipes = {k: _column(r[k]) for k in r}
+        return Sweep(path=path, attrs=dict(f.attrs), summary=summary, params=params, recipes=recipes)

@@ -1,0 +1,58 @@
+// fp4drift sweep SWEEP: many runs from one sweep file (issue 7; docs/sweeps.md). The file's
+// grid axes and list entries expand into one config per run (src/sweep/expand.hpp); the runs
+// are children of this executable, N at a time here or spread over MPI ranks under mpirun
+// (src/sweep/runner.hpp, mpi_run.hpp); OUTDIR/sweep.h5 indexes them. Rerunning the same
+// command skips complete runs and resumes interrupted ones.
+// Exit status: 0 every run complete, 1 some failed (the message says how many), 2 bad input,
+// 130 interrupted.
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "sweep/expand.hpp"
+#include "sweep/mpi_run.hpp"
+#include "sweep/runner.hpp"
+
+namespace fp4d::cli {
+
+namespace {
+
+struct SweepArgs {
+  std::string sweep, out, backend;
+  std::int64_t workers = 0;
+  bool dry_run = false;
+};
+
+int run_sweep(const SweepArgs& a, const std::string& command_line) {
+  sweep::Sweep s = sweep::load_sweep(a.sweep);
+  if (!a.backend.empty()) s.backend = a.backend;
+  if (s.backend != "cpu" && s.backend != "cuda") throw UsageError("--backend must be cpu or cuda");
+  if (a.workers < 0) throw UsageError("--workers must be at least 1");
+  if (a.workers > 0) s.workers = a.workers;
+  const std::string out = a.out.empty() ? s.out : a.out;
+  if (a.dry_run) {
+    std::printf("%zu runs (workload %s) from %s, base %s; output %s\n", s.runs.size(), s.runs.front().workload.c_str(),
+                s.source.c_str(), s.base_source.c_str(), out.empty() ? "(none given)" : out.c_str());
+    for (const sweep::SweepRun& r : s.runs) std::printf("  %s  %s\n", r.id.c_str(), r.label.c_str());
+    return 0;
+  }
+  if (out.empty()) throw UsageError(a.sweep + " names no output directory (key 'out'): give --out DIR");
+  require_backend(s.backend);
+  if (const int ws = sweep::launcher_world_size(); ws > 1 || ws < 0) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
+  return sweep::run_local(s, out, static_cast<int>(s.workers), command_line);
+}
+
+}  // namespace
+
+Runner add_sweep(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<SweepArgs>();
+  app.add_option("sweep", a->sweep, "Sweep file (TOML subset; data/sweeps/ has examples, docs/sweeps.md the format)")
+      ->required();
+  app.add_option("--out,-o", a->out, "Output directory (overrides the file's 'out')");
+  app.add_option("--workers,-j", a->workers, "Concurrent runs (per MPI rank under mpirun; overrides 'workers')");
+  app.add_option("--backend", a->backend, "cpu | cuda (overrides 'backend')");
+  app.add_flag("--dry-run", a->dry_run, "Expand and validate every run's config, list the runs, run nothing");
+  return [a, command_line]() { return run_sweep(*a, command_line); };
+}
+
+}  // namespace fp4d::cli

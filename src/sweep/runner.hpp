@@ -1,0 +1,104 @@
+// Running a sweep's runs: each run is a child process of this same executable
+// (`/proc/self/exe run CONFIG --out TRACE [--resume]`), so a crashing run cannot take the sweep
+// down and `fp4drift run`'s own resume and interrupt handling is reused as it is.
+//   Executor     keeps up to N children going on this machine (one MPI rank), each with its
+//                log, its OMP_NUM_THREADS share of the cores and, for --backend cuda, its GPU
+//                (CUDA_VISIBLE_DEVICES); writes each run's record when its child ends.
+//   Coordinator  the one process that owns the sweep (the local process, or MPI rank 0):
+//                materialises the configs, decides what to skip/resume/rerun, collects the
+//                records, prints progress and writes the index.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sweep/expand.hpp"
+#include "sweep/index.hpp"
+#include "sweep/state.hpp"
+
+namespace fp4d::sweep {
+
+struct ExecOptions {
+  std::string outdir;
+  std::string backend = "cpu";
+  int slots = 1;                     // concurrent children of this process
+  int slot_offset = 0;               // this process's first slot among all (GPU assignment)
+  std::vector<std::string> devices;  // GPUs to hand out (--backend cuda); child k gets devices[(offset + k) % size]
+  int omp_threads = 0;               // OMP_NUM_THREADS for the children; 0: inherit
+  int rank = 0;                      // MPI rank (recorded with each run)
+};
+
+class Executor {
+ public:
+  Executor(const Sweep& s, ExecOptions o);
+  int running() const { return static_cast<int>(children_.size()); }
+  bool has_free_slot() const { return running() < opt_.slots; }
+  // Resumes or starts from scratch (plan_run; `fresh` forces scratch), never a complete run.
+  void launch(int run, bool fresh = false);
+  // The runs whose children ended since the last call, with their (written) records.
+  std::vector<std::pair<int, RunRecord>> poll();
+  void stop_all();  // SIGTERM to every child: mlp runs flush and exit 130
+
+ private:
+  struct Child {
+    pid_t pid;
+    int run, slot;
+    std::chrono::steady_clock::time_point start;
+    std::uintmax_t log_offset;
+    RunRecord record;
+    bool resume;
+  };
+  const Sweep& s_;
+  ExecOptions opt_;
+  std::vector<Child> children_;
+  std::vector<bool> slot_busy_;
+  bool stopping_ = false;
+};
+
+class Coordinator {
+ public:
+  Coordinator(const Sweep& s, std::string outdir, IndexInfo info);
+  // Writes every run's config (refusing one that differs from an earlier sweep's), reads the
+  // records of complete runs and returns the runs still to do, in order.
+  std::vector<int> plan();
+  void finished(int run, const RunRecord& r);
+  void tick(int running, bool force = false);  // progress line (at most every 10 s unless forced)
+  // Final index and summary line; the exit status (0, 1 if any run failed, 130 interrupted).
+  int finish(bool interrupted);
+  int todo() const { return todo_; }
+
+ private:
+  void write(const std::string& status);
+  const Sweep& s_;
+  std::string outdir_;
+  IndexInfo info_;
+  std::vector<RunRecord> records_;
+  std::vector<RunMetrics> metrics_;
+  int todo_ = 0, done_now_ = 0, running_ = 0;
+  std::chrono::steady_clock::time_point t0_, last_print_, last_index_;
+};
+
+// The signal flag of the sweep (SIGINT / SIGTERM).
+extern std::atomic<bool> g_sweep_stop;
+void install_stop_handlers();
+
+// The GPUs to hand out: CUDA_VISIBLE_DEVICES's list if set, else /dev/nvidiaN.
+std::vector<std::string> visible_gpus();
+
+// One sweep per output directory at a time: creates OUTDIR and holds an flock on
+// OUTDIR/sweep.lock for the process's life (std::invalid_argument if another sweep holds it).
+void lock_outdir(const std::string& outdir);
+
+// OMP_NUM_THREADS for children when `concurrent` of them share this machine's cores (0: the
+// user set OMP_NUM_THREADS, which the children inherit).
+int default_omp_threads(int concurrent);
+
+// Local mode: every run on this machine, `slots` at a time. Returns the exit status.
+int run_local(const Sweep& s, const std::string& outdir, int slots, const std::string& command_line);
+
+}  // namespace fp4d::sweep

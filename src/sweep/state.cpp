@@ -1,0 +1,119 @@
+#include "sweep/state.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sweep/toml_text.hpp"
+#include "trace/h5.hpp"
+#include "util/config.hpp"
+
+namespace fp4d::sweep {
+
+namespace fs = std::filesystem;
+
+RunPaths::RunPaths(const std::string& outdir, const std::string& id) {
+  dir = (fs::path(outdir) / "runs" / id).string();
+  config = dir + "/config.toml";
+  trace = dir + "/trace.h5";
+  log = dir + "/log.txt";
+  record = dir + "/result.toml";
+}
+
+std::string trace_status(const std::string& trace) {
+  if (!fs::exists(trace)) return "";
+  try {
+    h5::File f = h5::File::open_read(trace);
+    return f.root().get_attr_string("status");
+  } catch (const h5::Error&) {
+    return "unreadable";
+  }
+}
+
+Action plan_run(const RunPaths& p) {
+  const std::string st = trace_status(p.trace);
+  if (st == "complete") return Action::Skip;
+  // Only a clean stop is resumed. "running" means the writer died without flushing (SIGKILL,
+  // a lost node): HDF5 files are not crash-consistent, and resuming such traces was seen to
+  // fail ("inflate() failed" on a half-written chunk) - so the run starts again.
+  if (st == "interrupted") return Action::Resume;
+  return Action::Fresh;
+}
+
+std::string record_text(const RunRecord& r) {
+  char wall[40];
+  std::snprintf(wall, sizeof wall, "%.17g", r.wall_s);
+  return "# fp4drift sweep: this run's record (rewritten after every attempt)\nstatus = " + toml_quote(r.status) +
+         "\nexit_code = " + std::to_string(r.exit_code) + "\nwall_s = " + wall + "\nattempts = " +
+         std::to_string(r.attempts) + "\nerror = " + toml_quote(r.error) + "\nrank = " + std::to_string(r.rank) + "\n";
+}
+
+RunRecord parse_record(const std::string& text, const std::string& source) {
+  Config c = Config::parse(text, source);
+  RunRecord r;
+  r.status = c.get_string("status");
+  r.exit_code = static_cast<int>(c.get_int("exit_code"));
+  r.wall_s = c.get_double("wall_s");
+  r.attempts = static_cast<int>(c.get_int("attempts"));
+  r.error = c.get_string("error");
+  r.rank = static_cast<int>(c.get_int("rank", 0));
+  c.finish();
+  return r;
+}
+
+RunRecord read_record(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  try {
+    return parse_record(ss.str(), path);
+  } catch (const ConfigError&) {
+    return {};
+  }
+}
+
+void write_record(const std::string& path, const RunRecord& r) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << record_text(r);
+    if (!f.flush()) throw std::runtime_error("cannot write " + tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+RunMetrics read_metrics(const std::string& trace) {
+  RunMetrics m;
+  h5::File f = h5::File::open_read(trace);
+  h5::Group root = f.root();
+  if (root.is_group("sum_dot")) {
+    h5::Group g = root.open_group("sum_dot");
+    m.final_rms_error = g.read<double>("rms_error").back();
+    m.final_mean_error = g.read<double>("mean_error").back();
+    m.final_exact = g.read<double>("exact").back();
+  }
+  if (root.is_group("mlp")) {
+    m.reference_final_loss = root.read<double>("mlp/reference/loss").back();
+    std::string order = root.open_group("mlp").get_attr_string("recipes");
+    std::stringstream ss(order);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      h5::Group g = root.open_group("mlp/runs/" + name);
+      RecipeMetrics r;
+      r.recipe = name;
+      r.final_loss = g.read<double>("loss").back();
+      r.final_rel_loss_gap = g.read<double>("rel_loss_gap").back();
+      h5::Dims dims;
+      const std::vector<double> err = g.read<double>("weight_rel_error", &dims);
+      if (!err.empty()) r.final_weight_rel_error = err.back();  // the last layer at the last compare
+      r.growth_exponent = g.get_attr_double("weight_error_growth_exponent");
+      r.first_nonfinite_step = g.get_attr_int64("first_nonfinite_step");
+      m.recipes.push_back(r);
+    }
+  }
+  return m;
+}
+
+}  // namespace fp4d::sweep

@@ -1,0 +1,61 @@
+// What a sweep knows about each run on disk (OUTDIR/runs/<id>/): the materialised config, the
+// run's trace, its log, and result.toml - the sweep's record of the attempts (status, exit
+// code, wall time, error). Restart semantics (docs/sweeps.md):
+//   trace complete                 -> skipped (its record kept; recreated if missing)
+//   trace interrupted (clean stop) -> resumed (`fp4drift run --resume`: mlp runs continue
+//                                     bit-exactly from their last checkpoint); if the resume
+//                                     fails, the run starts again from scratch at once
+//   trace running (writer killed)  -> run from the start: a file whose writer died mid-write
+//                                     is not trusted
+//   trace failed, absent, .partial -> run from the start (a failure is recorded, and rerun on
+//                                     the next sweep: deterministic failures fail again
+//                                     quickly, transient ones - a lost node, OOM - get another try)
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace fp4d::sweep {
+
+struct RunRecord {
+  std::string status = "pending";  // pending | running | complete | interrupted | failed
+  int exit_code = -1;              // of the last attempt; -1: none, or killed by a signal
+  double wall_s = 0;               // summed over the attempts
+  int attempts = 0;
+  std::string error;               // failed runs: the reason (the run's last error line)
+  int rank = 0;                    // the MPI rank that ran the last attempt (0 in local mode)
+};
+
+// Paths of a run under the sweep's output directory.
+struct RunPaths {
+  std::string dir, config, trace, log, record;
+  RunPaths(const std::string& outdir, const std::string& id);
+};
+
+// The trace's root attribute `status` ("" when there is no trace under its final name;
+// "unreadable" when it cannot be opened).
+std::string trace_status(const std::string& trace);
+
+enum class Action { Skip, Resume, Fresh };
+Action plan_run(const RunPaths& p);
+
+RunRecord read_record(const std::string& path);  // a pending record if absent or unreadable
+void write_record(const std::string& path, const RunRecord& r);  // atomic (temp + rename)
+std::string record_text(const RunRecord& r);
+RunRecord parse_record(const std::string& text, const std::string& source);
+
+// The final metrics of a complete trace (NaN where the workload has none).
+struct RecipeMetrics {
+  std::string recipe;
+  double final_loss = NAN, final_rel_loss_gap = NAN, final_weight_rel_error = NAN, growth_exponent = NAN;
+  long long first_nonfinite_step = -1;
+};
+struct RunMetrics {
+  double reference_final_loss = NAN;           // mlp
+  double final_rms_error = NAN, final_mean_error = NAN, final_exact = NAN;  // sum / dot, at the last n
+  std::vector<RecipeMetrics> recipes;          // mlp
+};
+RunMetrics read_metrics(const std::string& trace);  // h5::Error if unreadable
+
+}  // namespace fp4d::sweep

@@ -1,0 +1,194 @@
+// Sweep expansion (src/sweep/expand.hpp): grid x list products in a stated order, ids stable
+// across expansions and independent of how a value is spelled, overrides replacing or adding
+// keys in the config text, and every malformed sweep refused before anything runs.
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "support/catch.hpp"
+#include "sweep/expand.hpp"
+#include "sweep/state.hpp"
+#include "sweep/toml_text.hpp"
+#include "util/config.hpp"
+
+using fp4d::Config;
+using fp4d::ConfigError;
+namespace sw = fp4d::sweep;
+
+namespace {
+const char* kBase = R"(# a sum config
+workload = "sum"
+
+[sum]
+terms = "constant"
+c = 1.0              # the addend
+n = 1024
+format = "fp16"
+rounding = "sr"
+runs = 2
+seed = 1
+)";
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+sw::Sweep expand(const std::string& text) { return sw::expand_sweep(text, "s.toml", kBase, "base.toml"); }
+}  // namespace
+
+TEST_CASE("sweep: a grid expands to the cartesian product, the last axis fastest", "[sweep]") {
+  const sw::Sweep s = expand("base = \"b\"\n[grid.sum]\nseed = [1, 2, 3]\nn = [16, 32]\n");
+  REQUIRE(s.runs.size() == 6);
+  REQUIRE(s.axes == std::vector<std::string>{"sum.seed", "sum.n"});
+  CHECK(s.runs[0].label == "sum.seed=1 sum.n=16");
+  CHECK(s.runs[1].label == "sum.seed=1 sum.n=32");
+  CHECK(s.runs[5].label == "sum.seed=3 sum.n=32");
+  for (const sw::SweepRun& r : s.runs) CHECK(r.workload == "sum");
+  // The materialised config carries the values, and reads back through Config.
+  Config c = Config::parse(s.runs[3].config_text);
+  CHECK(c.get_int("sum.seed") == 2);
+  CHECK(c.get_int("sum.n") == 32);
+  CHECK(c.get_string("sum.format") == "fp16");  // untouched keys stay
+  CHECK(contains(s.runs[3].config_text, "# a sum config"));  // and so do the comments
+  CHECK(s.workers == 1);
+  CHECK(s.backend == "cpu");
+}
+
+TEST_CASE("sweep: list entries times grid points, entries in file order", "[sweep]") {
+  const sw::Sweep s = expand(
+      "base = \"b\"\nworkers = 3\n[list.small.sum]\nn = 16\nformat = \"bf16\"\n[list.big.sum]\nn = 4096\n"
+      "[grid.sum]\nseed = [7, 8]\n");
+  REQUIRE(s.runs.size() == 4);
+  CHECK(s.workers == 3);
+  CHECK(s.runs[0].label == "small: sum.n=16 sum.format=\"bf16\" sum.seed=7");
+  CHECK(s.runs[1].label == "small: sum.n=16 sum.format=\"bf16\" sum.seed=8");
+  CHECK(s.runs[2].label == "big: sum.n=4096 sum.seed=7");
+  Config c = Config::parse(s.runs[1].config_text);
+  CHECK(c.get_string("sum.format") == "bf16");
+  CHECK(c.get_int("sum.seed") == 8);
+  Config d = Config::parse(s.runs[2].config_text);
+  CHECK(d.get_string("sum.format") == "fp16");  // the base value where the entry sets none
+  // An entry with no keys is the base config itself (a baseline beside the variants).
+  const sw::Sweep b = expand("base = \"b\"\n[list.base]\n[list.big.sum]\nn = 4096\n");
+  REQUIRE(b.runs.size() == 2);
+  CHECK(b.runs[0].label == "base:");
+  CHECK(b.runs[0].config_text == std::string(kBase));
+  CHECK(b.runs[1].label == "big: sum.n=4096");
+}
+
+TEST_CASE("sweep: ids are stable and follow the values, not their spelling", "[sweep]") {
+  const sw::Sweep a = expand("base = \"b\"\n[grid.sum]\nc = [0.5, 2.0]\n");
+  const sw::Sweep b = expand("base = \"b\"   # the same sweep, other spelling\n[grid.sum]\nc = [5e-1, 2.0]\n");
+  REQUIRE(a.runs.size() == 2);
+  CHECK(a.runs[0].id == b.runs[0].id);
+  CHECK(a.runs[1].id == b.runs[1].id);
+  CHECK(a.runs[0].id != a.runs[1].id);
+  CHECK(a.runs[0].id.substr(0, 5) == "0000-");
+  CHECK(a.runs[1].id.substr(0, 5) == "0001-");
+  // Another value at the same index is another run.
+  const sw::Sweep c = expand("base = \"b\"\n[grid.sum]\nc = [0.25, 2.0]\n");
+  CHECK(c.runs[0].id != a.runs[0].id);
+  // The hash is FNV-1a 64 (a published test vector: "a" -> af63dc4c8601ec8c).
+  CHECK(sw::fnv1a64("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(sw::fnv1a64("") == 14695981039346656037ull);
+}
+
+TEST_CASE("sweep: overrides replace a value or add the key to its section", "[sweep]") {
+  const std::string t = sw::apply_overrides(kBase, {{"sum.n", "64"}, {"sum.sr_bits", "8"}, {"trace.every", "2"}});
+  Config c = Config::parse(t);
+  CHECK(c.get_int("sum.n") == 64);
+  CHECK(c.get_int("sum.sr_bits") == 8);
+  CHECK(c.get_int("trace.every") == 2);
+  // A replaced value loses its old comment (it would describe the old value), keeps the key.
+  const std::string u = sw::apply_overrides(kBase, {{"sum.c", "3.0"}});
+  CHECK(contains(u, "c = 3.0   # set by the sweep"));
+  CHECK(!contains(u, "the addend"));
+  // A key added to a section that is not the last goes inside it, before the next header.
+  const std::string w = sw::apply_overrides("[a]\nx = 1\n\n[b]\ny = 2\n", {{"a.z", "3"}, {"b.w", "4"}});
+  CHECK(w == "[a]\nx = 1\nz = 3   # added by the sweep\n\n[b]\ny = 2\nw = 4   # added by the sweep\n");
+  // Top-level keys go before the first section.
+  const std::string v = sw::apply_overrides("[a]\nx = 1\n", {{"top", "\"y\""}});
+  CHECK(Config::parse(v).get_string("top") == "y");
+  CHECK(v.find("top") < v.find("[a]"));
+}
+
+TEST_CASE("sweep: an unknown key or bad value in any run is refused before anything runs", "[sweep]") {
+  std::string e = error_of([] { expand("base = \"b\"\n[grid.sum]\nnn = [1, 2]\n"); });
+  CHECK(contains(e, "unknown config key 'sum.nn'"));
+  CHECK(contains(e, "run 0000-"));
+  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nformat = [\"fp16\", \"fp5\"]\n"); });
+  CHECK(contains(e, "run 0001-"));  // the second run is the bad one
+  e = error_of([] { expand("base = \"b\"\nworkerz = 2\n[grid.sum]\nn = [1]\n"); });
+  CHECK(contains(e, "unknown config key 'workerz'"));
+  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = 16\n"); });
+  CHECK(contains(e, "must be an array"));
+  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = []\n"); });
+  CHECK(contains(e, "has no values"));
+  e = error_of([] { expand("base = \"b\"\n"); });
+  CHECK(contains(e, "no runs"));
+  e = error_of([] { expand("base = \"b\"\n[runs.sum]\nn = [1]\n"); });
+  CHECK(contains(e, "unknown section [runs.sum]"));
+  e = error_of([] { expand("base = \"b\"\nworkers = 0\n[grid.sum]\nn = [1]\n"); });
+  CHECK(contains(e, "workers"));
+  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 8\n[grid.sum]\nn = [1]\n"); });
+  CHECK(contains(e, "both a grid axis"));
+}
+
+TEST_CASE("sweep: duplicate runs are refused, whatever the spelling", "[sweep]") {
+  std::string e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = [16, 32, 16]\n"); });
+  CHECK(contains(e, "runs 0 (sum.n=16) and 2 (sum.n=16) are the same run"));
+  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nc = [1.0, 1e0]\n"); });
+  CHECK(contains(e, "are the same run"));
+  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 1_024\n[list.b.sum]\nn = 1024\n"); });
+  CHECK(contains(e, "are the same run"));
+  // 2 and 2.0: one run for a float key (Config::get_double reads both as 2.0).
+  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nc = 2\n[list.b.sum]\nc = 2.0\n"); });
+  CHECK(contains(e, "runs 0 (a: sum.c=2) and 1 (b: sum.c=2.0) are the same run"));
+  // 2^53 + 1 and 2^53 are different integers (no detour through double).
+  CHECK(expand("base = \"b\"\n[grid.sum]\nseed = [9007199254740993, 9007199254740992]\n").runs.size() == 2);
+}
+
+TEST_CASE("sweep: value texts, arrays and records", "[sweep]") {
+  CHECK(sw::split_array("[1, \"a,b\", \"q\\\"\" ,]") == std::vector<std::string>{"1", "\"a,b\"", "\"q\\\"\""});
+  CHECK(sw::canonical_value("1_000") == sw::canonical_value("1000"));
+  CHECK(sw::canonical_value("[0.5, 1.5]") == sw::canonical_value("[5e-1, 15e-1]"));
+  CHECK(sw::canonical_value("2") != sw::canonical_value("\"2\""));
+  CHECK(sw::canonical_value("\"x\"") != sw::canonical_value("\"y\""));
+  const std::vector<sw::TomlLine> lines = sw::scan_toml("a = \"x # y\"  # c\n[s]\nb = [1, 2] # d\n");
+  REQUIRE(lines.size() == 3);
+  CHECK(sw::value_text("a = \"x # y\"  # c\n[s]\nb = [1, 2] # d\n", lines[0]) == "\"x # y\"");
+  CHECK(lines[2].full_key == "s.b");
+  sw::RunRecord r;
+  r.status = "failed";
+  r.exit_code = 2;
+  r.wall_s = 0.1;
+  r.attempts = 3;
+  r.error = "fp4drift: error: \"q\"\tbad\\";
+  const sw::RunRecord back = sw::parse_record(sw::record_text(r), "rec");
+  CHECK(back.status == r.status);
+  CHECK(back.exit_code == 2);
+  CHECK(back.wall_s == 0.1);  // %.17g round-trips a double exactly
+  CHECK(back.attempts == 3);
+  CHECK(back.error == r.error);
+}
+
+TEST_CASE("sweep: every shipped sweep file in data/sweeps expands and validates", "[sweep]") {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(FP4DRIFT_SOURCE_DIR "/data/sweeps")) {
+    if (e.path().extension() != ".toml") continue;
+    INFO(e.path().string());
+    const sw::Sweep s = sw::load_sweep(e.path().string());
+    CHECK(!s.runs.empty());
+    std::set<std::string> ids;
+    for (const sw::SweepRun& r : s.runs) ids.insert(r.id);
+    CHECK(ids.size() == s.runs.size());
+    ++files;
+  }
+  CHECK(files >= 3);
+}
