@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from .traces import SchemaError, load_run
+from .traces import SchemaError, load_run, register_loader
 
 SWEEP_SCHEMA_VERSIONS = {1}
 
@@ -86,3 +86,7 @@ def load_sweep(path: str, allow_incomplete: bool = False) -> Sweep:
         r = f["summary_recipes"]
         recipes = {k: _column(r[k]) for k in r}
         return Sweep(path=path, attrs=dict(f.attrs), summary=summary, params=params, recipes=recipes)
+
+
+# `fp4drift_analysis.load(path)` reads sweep indexes too.
+register_loader("fp4drift.sweep", SWEEP_SCHEMA_VERSIONS, load_sweep)

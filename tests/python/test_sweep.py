@@ -98,6 +98,8 @@ def test_local_two_workers_every_run_once_and_equal_to_single_runs(tmp_path: Pat
     assert p.returncode == 0, p.stderr
     assert "4 runs: 4 complete, 0 failed" in p.stdout
     idx = load_sweep(str(out / "sweep.h5"))
+    import fp4drift_analysis
+    assert list(fp4drift_analysis.load(str(out / "sweep.h5")).ids) == list(idx.ids)  # load() knows the index
     ids = idx.ids
     assert len(ids) == 4 and len(set(ids)) == 4
     assert sorted(os.listdir(out / "runs")) == sorted(ids)  # nothing else, nothing twice
