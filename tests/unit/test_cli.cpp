@@ -1,6 +1,7 @@
 // The fp4drift CLI as a user meets it: exit codes, one-line errors, and never a partial
 // output file that looks complete.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -22,8 +23,11 @@ struct Result {
 };
 
 Result run(const std::string& args) {
+  // Per-process capture files: two test_cli processes at once (two build trees on one machine)
+  // must not read each other's output - they did, as a rare "stderr not empty" failure.
   const fs::path dir = fs::temp_directory_path();
-  const std::string out = (dir / "fp4d_cli_stdout.txt").string(), err = (dir / "fp4d_cli_stderr.txt").string();
+  const std::string tag = "fp4d_cli_" + std::to_string(::getpid());
+  const std::string out = (dir / (tag + "_stdout.txt")).string(), err = (dir / (tag + "_stderr.txt")).string();
   const std::string cmd = std::string(FP4DRIFT_EXE) + " " + args + " >" + out + " 2>" + err;
   const int raw = std::system(cmd.c_str());
   auto slurp = [](const std::string& p) {
