@@ -32,6 +32,17 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     }
     return Activation::Relu;
   }();
+  m.norm = [&] {
+    const std::string n = cfg.get_string("mlp.norm", "none");
+    try {
+      return parse_norm(n);
+    } catch (const std::exception& e) {
+      cfg.require(false, "mlp.norm", e.what());
+    }
+    return Norm::None;
+  }();
+  m.norm_eps = cfg.get_double("mlp.norm_eps", m.norm_eps);
+  m.residual = cfg.get_bool("mlp.residual", m.residual);
   m.batch = cfg.get_int("mlp.batch", m.batch);
   m.task = cfg.get_string("mlp.task", m.task);
   m.seed = static_cast<std::uint64_t>(cfg.get_int("mlp.seed", 1));
@@ -249,6 +260,10 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   m.set_attr("compare_every", spec.compare_every);
   m.set_attr("trace_every", spec.trace_every);
   m.set_attr("reference_precision", std::string("double"));
+  m.set_attr("activation", to_string(spec.model.activation));
+  m.set_attr("norm", to_string(spec.model.norm));
+  m.set_attr("norm_eps", spec.model.norm_eps);
+  m.set_attr("residual", spec.model.residual);
   m.set_attr("operand_slots", std::string("layer * 6 + role * 2 + operand; role fprop 0, dgrad 1, wgrad 2; "
                                           "operand 0 = first (X, dY, X^T), 1 = second (W, W^T, dY^T)"));
   const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
@@ -317,6 +332,11 @@ double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector
 
 MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   const MlpSpec& model = spec.model;
+  // swiglu, rmsnorm and residual connections exist on the CPU path only so far.
+  if (ctl.backend != "cpu" &&
+      (model.activation == Activation::Swiglu || model.norm != Norm::None || model.residual))
+    throw std::invalid_argument("mlp: activation = \"swiglu\", norm = \"rmsnorm\" and residual = true run on "
+                                "--backend cpu only (the " + ctl.backend + " backend's training step does not have them yet)");
   const int L = static_cast<int>(model.widths.size() - 1);
   const std::size_t R = spec.recipes.size();
 

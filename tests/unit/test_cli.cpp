@@ -405,6 +405,11 @@ TEST_CASE("run mlp: output rules and config errors") {
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[recipes]\nhigh_precision_layers = [4]\n", "layer 4 does not exist"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\noptimizer = \"lion\"\n", "must be sgd or adamw"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"mp256\"\n", "only double"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nactivation = \"swish\"\n", "mlp.activation"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm = \"layernorm\"\n", "mlp.norm"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm_eps = 0\n", "norm_eps"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nresidual = 1\n", "mlp.residual"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nresidual = true\n", "residual is set but no hidden layer"},
   };
   for (const auto& [text, want] : cases) {
     INFO(text);
@@ -413,6 +418,30 @@ TEST_CASE("run mlp: output rules and config errors") {
     CHECK(r.err.find(want) != std::string::npos);
     require_no_output(other);
   }
+}
+
+TEST_CASE("run mlp: swiglu, rmsnorm and residual are recorded, and fp32 stays with the reference") {
+  TempDir d;
+  const std::string cfg = write_text(d, "s.toml",
+                                     "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 32, 8]\nbatch = 16\nsteps = 10\n"
+                                     "activation = \"swiglu\"\nnorm = \"rmsnorm\"\nnorm_eps = 1e-5\nresidual = true\n"
+                                     "[recipes]\nnames = [\"fp32\"]\n[reference]\ncompare_every = 5\n");
+  const std::string out = d.file("s.h5");
+  REQUIRE(run("run " + cfg + " --out " + out).status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  fp4d::h5::Group m = f.root().open_group("mlp");
+  CHECK(m.get_attr_string("activation") == "swiglu");
+  CHECK(m.get_attr_string("norm") == "rmsnorm");
+  CHECK(m.get_attr_double("norm_eps") == 1e-5);
+  CHECK(m.get_attr_bool("residual"));
+  // The gated layers' weights are [gate; up]: 2 * 32 rows (checkpoint, one dataset per layer).
+  CHECK(f.root().read<float>("mlp/checkpoint/run_0_w_0").size() == 64 * 16);
+  CHECK(f.root().read<float>("mlp/checkpoint/run_0_w_2").size() == 8 * 32);
+  // The fp32 run within float32 rounding of the reference (k K u = 10 * 32 * 2^-24 ~ 2e-5,
+  // the same first-order argument as the relu trace above).
+  const std::vector<double> w32 = f.root().read<double>("mlp/runs/fp32/weight_rel_error");
+  CHECK(w32.back() < 1e-4);
+  CHECK(w32.back() > 0);
 }
 
 TEST_CASE("bench mlp-ref runs and reports the fraction of Eigen's double GEMM rate") {
