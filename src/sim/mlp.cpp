@@ -18,6 +18,7 @@
 
 #include "format/philox.hpp"
 #include "sim/generators.hpp"
+#include "sim/mlp_precision.hpp"
 
 namespace fp4d {
 
@@ -719,6 +720,41 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
   ++state.step;
   return stats;
 }
+
+// ---- reference precisions ---------------------------------------------------------------
+MlpPrecision parse_mlp_precision(const std::string& s) {
+  if (s == "double") return MlpPrecision::Double;
+  if (s == "binary128") return MlpPrecision::Binary128;
+  if (s == "mp256") return MlpPrecision::Mp256;
+  throw std::invalid_argument("unknown reference precision '" + s + "' (known: double, binary128, mp256)");
+}
+
+std::string to_string(MlpPrecision p) {
+  switch (p) {
+    case MlpPrecision::Double: return "double";
+    case MlpPrecision::Binary128: return "binary128";
+    case MlpPrecision::Mp256: break;
+  }
+  return "mp256";
+}
+
+int significand_bits(MlpPrecision p) {
+  switch (p) {
+    case MlpPrecision::Double: return 53;
+    case MlpPrecision::Binary128: return 113;
+    case MlpPrecision::Mp256: break;
+  }
+  return 256;
+}
+
+#define FP4D_MLP_INSTANTIATE(T)                                                                          \
+  template MlpState<T> init_state<T>(const MlpSpec&);                                                    \
+  template StepStats train_step<T>(const MlpSpec&, MlpState<T>&, const GemmFn&);                        \
+  template double loss_and_gradients<T>(const MlpSpec&, const std::vector<std::vector<T>>&, std::int64_t, \
+                                        const GemmFn&, std::vector<std::vector<T>>*);
+FP4D_MLP_INSTANTIATE(mlp_binary128)
+FP4D_MLP_INSTANTIATE(mlp_mp256)
+#undef FP4D_MLP_INSTANTIATE
 
 template MlpState<float> init_state<float>(const MlpSpec&);
 template MlpState<double> init_state<double>(const MlpSpec&);

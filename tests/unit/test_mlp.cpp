@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "sim/mlp.hpp"
+#include "sim/mlp_precision.hpp"
 #include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
 
@@ -44,6 +45,7 @@ bool state_bit_equal(const MlpState<T>& a, const MlpState<T>& b) {
 // every pre-activation, to detect coordinates whose finite-difference stencil crosses a kink.
 struct TestForward {
   double loss = 0;
+  double y_norm = 0, r_norm = 0;  // regression: ||Y||, ||Y - T||
   std::vector<bool> positive;  // z > 0 for every hidden pre-activation, in order
 };
 
@@ -86,9 +88,11 @@ TestForward test_forward(const MlpSpec& s, const Weights& w, std::int64_t step) 
         r.loss = sum / static_cast<double>(M);
         break;
       }
-      double sum = 0;
-      for (std::size_t i = 0; i < z.size(); ++i) sum += (z[i] - b.t.data[i]) * (z[i] - b.t.data[i]);
+      double sum = 0, yy = 0;
+      for (std::size_t i = 0; i < z.size(); ++i) sum += (z[i] - b.t.data[i]) * (z[i] - b.t.data[i]), yy += z[i] * z[i];
       r.loss = 0.5 * sum / static_cast<double>(z.size());
+      r.y_norm = std::sqrt(yy);
+      r.r_norm = std::sqrt(sum);
       break;
     }
     // The residual: layers 1 .. L-2 with equal widths add their (un-normalised) input.
@@ -599,6 +603,115 @@ TEST_CASE("mlp: validate rejects bad specs naming the field", "[mlp]") {
   auto st = init_state<double>(s);
   st.w[1].pop_back();
   CHECK_THROWS_AS(train_step<double>(s, st, nullptr), std::invalid_argument);
+}
+
+// 6. Wider references. The double reference against mp256 (cpp_bin_float<256>) from the same
+//    initialisation and data: mp256's own rounding (2^-256) is nil at this scale, so the
+//    difference is the double run's error, bounded as in test 3 with u = 2^-53:
+//      ||W_d - W_mp|| / ||W_mp|| <= b_W(k) = c k u (1 + 2 L K rho / (1 - mu)).
+//    Its loss then differs by at most B_k = kappa_k b_W(k) + e_eval relative, kappa_k =
+//    ||grad L|| ||W|| / L (the loss's condition number in W, first order) and e_eval the
+//    double evaluation of the loss at given weights: each of the L GEMMs is within gamma_K
+//    |A||B| (Higham), |A||B| / |AB| ~ sqrt(K) for random signs, and dL / L = 2 <r, dY> /
+//    ||r||^2 <= 2 ||dY|| / ||r||, so e_eval <= 2 L K^1.5 u ||Y|| / ||r|| (factor 2 spare).
+//    The losses are printed with d = floor(-log10(max_k B_k)) significant digits; they
+//    must agree in those digits up to one unit in the last (two values within half a unit
+//    can round to neighbours), and within B_k at each step. binary128 vs mp256: the same
+//    weight bound with u = 2^-113 (its losses are rounded to double on return, so only the
+//    weights resolve it). Each wider run must differ from the narrower one (it is not
+//    secretly the same arithmetic).
+TEST_CASE("mlp: the double and binary128 references agree with mp256 to the digits their rounding predicts",
+          "[mlp]") {
+  {  // SGD with momentum: the optimizer test 3's bound is derived for
+    MlpSpec s = small_spec();
+    s.lr = 0.02;
+    s.activation = Activation::Gelu;  // exp and erf of every precision in the loop
+    const int k_steps = 12;
+    auto d = init_state<double>(s);
+    auto q = init_state<mlp_binary128>(s);
+    auto m = init_state<mlp_mp256>(s);
+    const auto L = static_cast<double>(s.widths.size() - 1);
+    double K = static_cast<double>(s.batch);
+    for (auto w : s.widths) K = std::max(K, static_cast<double>(w));
+    const double ud = std::ldexp(1.0, -53), uq = std::ldexp(1.0, -113), c = 2.0;
+    // Relative weight difference against mp256, the difference taken in mp256.
+    const auto rel = [&](const auto& w) {
+      mlp_mp256 num = 0, den = 0;
+      for (std::size_t l = 0; l < w.size(); ++l)
+        for (std::size_t i = 0; i < w[l].size(); ++i) {
+          const mlp_mp256 x = static_cast<mlp_mp256>(w[l][i]) - m.w[l][i];
+          num += x * x;
+          den += m.w[l][i] * m.w[l][i];
+        }
+      return std::sqrt(mlp_to_double(num) / mlp_to_double(den));
+    };
+    double rho = 0, b_max = 0;
+    std::vector<double> ld, lm, bound;
+    bool d_differs = false, q_differs = false;
+    for (int k = 1; k <= k_steps; ++k) {
+      Weights wm(m.w.size()), g;
+      for (std::size_t l = 0; l < m.w.size(); ++l)
+        for (const auto& x : m.w[l]) wm[l].push_back(mlp_to_double(x));
+      loss_and_gradients<double>(s, wm, m.step, nullptr, &g);
+      rho = std::max(rho, lr_at(s, m.step) * norm_all(g) / norm_all(wm));
+      // The bound on the loss of this step (evaluated at the weights before it, step k - 1).
+      const double bw_before = k == 1 ? 0.0 : c * (k - 1) * ud * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const TestForward tf = test_forward(s, wm, m.step);
+      const double kappa = norm_all(g) * norm_all(wm) / tf.loss;
+      const double b = kappa * bw_before + 2.0 * L * std::pow(K, 1.5) * ud * tf.y_norm / tf.r_norm;
+      ld.push_back(train_step<double>(s, d, nullptr).loss);
+      train_step<mlp_binary128>(s, q, nullptr);
+      lm.push_back(train_step<mlp_mp256>(s, m, nullptr).loss);
+      bound.push_back(b);
+      b_max = std::max(b_max, b);
+      const double bw = c * k * ud * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const double bq = c * k * uq * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const double ed = rel(d.w), eq = rel(q.w);
+      INFO("step " << k << ": double vs mp256 " << ed << " (bound " << bw << "), binary128 vs mp256 " << eq
+                   << " (bound " << bq << ")");
+      CHECK(ed <= bw);
+      CHECK(eq <= bq);
+      d_differs = d_differs || ed > 0;
+      q_differs = q_differs || eq > 0;
+    }
+    CHECK(rho <= (1.0 - s.momentum) / (2.0 * L));  // the small-step condition of test 3
+    CHECK(d_differs);
+    CHECK(q_differs);
+    const int digits = static_cast<int>(std::floor(-std::log10(b_max)));
+    INFO("largest loss bound " << b_max << ": " << digits << " digits");
+    CHECK(digits >= 8);  // the bound is meaningful (double's 16 digits minus the run's growth)
+    for (std::size_t k = 0; k < ld.size(); ++k) {
+      char a[64], b[64];
+      std::snprintf(a, sizeof a, "%.*e", digits - 1, ld[k]);
+      std::snprintf(b, sizeof b, "%.*e", digits - 1, lm[k]);
+      const double unit = std::pow(10.0, std::floor(std::log10(std::abs(lm[k]))) - (digits - 1));
+      INFO("step " << k << ": double " << a << ", mp256 " << b);
+      CHECK(std::abs(std::strtod(a, nullptr) - std::strtod(b, nullptr)) <= 1.001 * unit);
+      CHECK(std::abs(ld[k] - lm[k]) <= bound[k] * std::abs(lm[k]));
+    }
+  }
+}
+
+TEST_CASE("mlp: wide reference values are stored exactly as doubles, or refused", "[mlp]") {
+  std::vector<mlp_mp256> v;
+  mlp_mp256 x = 1;
+  for (int i = 0; i < 40; ++i) {
+    x = x / 3 - mlp_mp256(i) / 7;  // 256 significant bits, both signs, varied exponents
+    v.push_back(x);
+  }
+  const std::vector<double> d = to_limbs(v, "test");
+  REQUIRE(d.size() == v.size() * 5);  // ceil(256 / 53)
+  const std::vector<mlp_mp256> back = from_limbs<mlp_mp256>(d, "test");
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(back[i] == v[i]);
+  std::vector<mlp_binary128> q{mlp_binary128(1) / 3, -mlp_binary128(2) / 7};
+  CHECK(from_limbs<mlp_binary128>(to_limbs(q, "test"), "test") == q);
+  // 2^-1000 / 3: its lower limbs would fall below double's smallest subnormal.
+  const std::vector<mlp_mp256> tiny{ldexp(mlp_mp256(1), -1000) / 3};
+  CHECK_THROWS_AS(to_limbs(tiny, "tiny"), std::runtime_error);
+  CHECK(parse_mlp_precision("mp256") == MlpPrecision::Mp256);
+  CHECK(to_string(parse_mlp_precision("binary128")) == "binary128");
+  CHECK(significand_bits(MlpPrecision::Binary128) == 113);
+  CHECK_THROWS_AS(parse_mlp_precision("float80"), std::invalid_argument);
 }
 
 // The CPU-only features are refused on another backend before anything is written.
