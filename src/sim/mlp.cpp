@@ -14,8 +14,11 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include <boost/math/constants/constants.hpp>
+
 #include "format/philox.hpp"
 #include "sim/generators.hpp"
+#include "sim/mlp_precision.hpp"
 
 namespace fp4d {
 
@@ -141,8 +144,8 @@ struct MulAdd<double> {
 #endif
 
 template <class T>
-void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
-             std::int64_t n) {
+void gemm_kn_simd(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
+                  std::int64_t n) {
   // Register blocking: a tile of IB rows x NV vectors of C stays in accumulators while p runs
   // (element-wise operations, so each lane is exactly the scalar recurrence). Edges use the
   // plain loop with the same per-element order.
@@ -184,6 +187,28 @@ void gemm_kn(const T* __restrict a, const T* __restrict b, T* __restrict c, std:
   }
 }
 
+// A wider T (sim/mlp_precision.hpp): the same recurrence element by element, c = c + a b
+// rounded twice in T (Boost.Multiprecision has no fused step), rows split over threads.
+template <class T>
+void gemm_kn_wide(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+#pragma omp parallel for schedule(static) if (m * k * n > (1 << 12))
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* ci = c + i * n;
+    for (std::int64_t j = 0; j < n; ++j) ci[j] = T(0);
+    for (std::int64_t p = 0; p < k; ++p) {
+      const T& aip = a[i * k + p];
+      const T* bp = b + p * n;
+      for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
+    }
+  }
+}
+
+template <class T>
+void gemm_kn(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_kn_simd(a, b, c, m, k, n);
+  else gemm_kn_wide(a, b, c, m, k, n);
+}
+
 template <class T>
 std::vector<T> transposed(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
   std::vector<T> t(x.size());
@@ -204,23 +229,55 @@ std::vector<T> from_matrix(const Matrix& m) {
   return std::vector<T>(m.data.begin(), m.data.end());
 }
 
-// ---- activations in T (GELU: the erf form, std::erf in T) ------------------------------
+// ---- element-wise math in T ---------------------------------------------------------------
+// Called unqualified so that a wide T finds its own functions (boost::multiprecision) by ADL.
 template <class T>
-constexpr T kInvSqrt2 = T(0.70710678118654752440084436210485);
+T t_exp(const T& x) {
+  using std::exp;
+  return exp(x);
+}
 template <class T>
-constexpr T kInvSqrt2Pi = T(0.39894228040143267793994605993438);
+T t_erf(const T& x) {
+  using std::erf;
+  return erf(x);
+}
+template <class T>
+T t_sqrt(const T& x) {
+  using std::sqrt;
+  return sqrt(x);
+}
+// 1/sqrt(2) and 1/sqrt(2 pi): the rounded literals for float and double (unchanged bits),
+// computed in T for a wider T (a double literal would cap its accuracy at double's).
+template <class T>
+T inv_sqrt2() {
+  if constexpr (std::is_floating_point_v<T>) return T(0.70710678118654752440084436210485);
+  else return T(1) / t_sqrt(T(2));
+}
+template <class T>
+T inv_sqrt2pi() {
+  if constexpr (std::is_floating_point_v<T>) return T(0.39894228040143267793994605993438);
+  else return T(1) / t_sqrt(T(2) * boost::math::constants::pi<T>());
+}
 
+// relu and gelu (the erf form); swiglu is applied pairwise by the forward pass (silu below).
 template <class T>
-T act(Activation a, T z) {
+T act(Activation a, const T& z) {
   if (a == Activation::Relu) return z > T(0) ? z : T(0);
-  return (T(0.5) * z) * (T(1) + std::erf(z * kInvSqrt2<T>));
+  return (T(0.5) * z) * (T(1) + t_erf(T(z * inv_sqrt2<T>())));
 }
 
 template <class T>
-T act_derivative(Activation a, T z) {
+T act_derivative(Activation a, const T& z) {
   if (a == Activation::Relu) return z > T(0) ? T(1) : T(0);
   // Phi(z) + z phi(z)
-  return T(0.5) * (T(1) + std::erf(z * kInvSqrt2<T>)) + z * (kInvSqrt2Pi<T> * std::exp(T(-0.5) * (z * z)));
+  return T(0.5) * (T(1) + t_erf(T(z * inv_sqrt2<T>()))) + z * (inv_sqrt2pi<T>() * t_exp(T(T(-0.5) * (z * z))));
+}
+
+// silu(g) = g s(g), silu'(g) = s (1 + g (1 - s)), s(g) = 1 / (1 + exp(-g)) (exp(-g) -> inf
+// for very negative g gives s = 0: no NaN).
+template <class T>
+T sigmoid(const T& g) {
+  return T(1) / (T(1) + t_exp(T(-g)));
 }
 
 void check_weights_shape(const MlpSpec& s, std::size_t layers, const std::vector<std::size_t>& sizes, const char* what) {
@@ -228,7 +285,7 @@ void check_weights_shape(const MlpSpec& s, std::size_t layers, const std::vector
   if (layers != L) throw std::invalid_argument(std::string("mlp: ") + what + " has " + std::to_string(layers) +
                                                " layers, widths need " + std::to_string(L));
   for (std::size_t l = 0; l < L; ++l) {
-    const auto want = static_cast<std::size_t>(s.widths[l + 1] * s.widths[l]);
+    const auto want = static_cast<std::size_t>(weight_rows(s, static_cast<int>(l)) * s.widths[l]);
     if (sizes[l] != want)
       throw std::invalid_argument(std::string("mlp: ") + what + " layer " + std::to_string(l) + " has " +
                                   std::to_string(sizes[l]) + " elements, expected " + std::to_string(want));
@@ -257,11 +314,47 @@ std::vector<T> call_gemm(const GemmFn& gemm, const GemmCall& call, const std::ve
   return from_matrix<T>(out);
 }
 
-// Forward and backward on batch `step`; returns the loss (computed in double from the T
-// outputs). grads, if given, receives dW_l (out x in).
+// RMSNorm of the rows of x (M x n), in T: sum of squares in ascending j, rinv_i =
+// 1 / sqrt(sum / n + eps), y = x rinv_i.
+template <class T>
+void rmsnorm_forward(const std::vector<T>& x, std::int64_t M, std::int64_t n, const T& eps, std::vector<T>& y,
+                     std::vector<T>& rinv) {
+  y.resize(x.size());
+  rinv.resize(static_cast<std::size_t>(M));
+  const T nt = static_cast<T>(n);
+  for (std::int64_t i = 0; i < M; ++i) {
+    const T* xi = x.data() + i * n;
+    T ss = T(0);
+    for (std::int64_t j = 0; j < n; ++j) ss += xi[j] * xi[j];
+    const T r = T(1) / t_sqrt(T(ss / nt + eps));
+    rinv[static_cast<std::size_t>(i)] = r;
+    for (std::int64_t j = 0; j < n; ++j) y[static_cast<std::size_t>(i * n + j)] = xi[j] * r;
+  }
+}
+// Its backward: dx_ij = rinv_i (dy_ij - y_ij (sum_k dy_ik y_ik) / n), sum in ascending k.
+template <class T>
+std::vector<T> rmsnorm_backward(const std::vector<T>& dy, const std::vector<T>& y, const std::vector<T>& rinv,
+                                std::int64_t M, std::int64_t n) {
+  std::vector<T> dx(dy.size());
+  const T nt = static_cast<T>(n);
+  for (std::int64_t i = 0; i < M; ++i) {
+    const T* dyi = dy.data() + i * n;
+    const T* yi = y.data() + i * n;
+    T dot = T(0);
+    for (std::int64_t j = 0; j < n; ++j) dot += dyi[j] * yi[j];
+    const T c = dot / nt;
+    const T r = rinv[static_cast<std::size_t>(i)];
+    for (std::int64_t j = 0; j < n; ++j) dx[static_cast<std::size_t>(i * n + j)] = r * (dyi[j] - yi[j] * c);
+  }
+  return dx;
+}
+
+// Forward and backward on batch `step`; returns the loss (accumulated in the wider of T and
+// double from the T outputs). grads, if given, receives dW_l (rows_l x in).
 template <class T>
 double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, std::int64_t step, const GemmFn& gemm,
                         std::vector<std::vector<T>>* grads) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
   if constexpr (!std::is_same_v<T, float>) {
     if (gemm) throw std::invalid_argument("mlp: a GemmFn is only accepted for the float32 run (T = float)");
   }
@@ -269,34 +362,55 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
   const auto L = static_cast<int>(s.widths.size() - 1);
   const std::int64_t M = s.batch;
   const Batch batch = make_batch(s, step);
+  const T eps = static_cast<T>(s.norm_eps);
+  const bool swiglu = s.activation == Activation::Swiglu;
 
-  // h[l]: input of layer l (M x widths[l]); z[l]: its pre-activation (M x widths[l+1]).
-  std::vector<std::vector<T>> h(static_cast<std::size_t>(L)), z(static_cast<std::size_t>(L));
+  // h[l]: input of layer l (M x widths[l]); a[l]: its GEMM operand (h[l] or rmsnorm(h[l]),
+  // rinv[l] the norm's row factors); z[l]: the GEMM's output (M x rows_l).
+  std::vector<std::vector<T>> h(static_cast<std::size_t>(L)), a(static_cast<std::size_t>(L)),
+      rinv(static_cast<std::size_t>(L)), z(static_cast<std::size_t>(L));
+  const auto operand = [&](int l) -> const std::vector<T>& {
+    return norm_at(s, l) ? a[static_cast<std::size_t>(l)] : h[static_cast<std::size_t>(l)];
+  };
   h[0] = from_matrix<T>(batch.x);
   for (int l = 0; l < L; ++l) {
-    const std::int64_t in = s.widths[static_cast<std::size_t>(l)], out = s.widths[static_cast<std::size_t>(l) + 1];
-    const auto& wl = w[static_cast<std::size_t>(l)];
-    auto& zl = z[static_cast<std::size_t>(l)];
+    const auto li = static_cast<std::size_t>(l);
+    const std::int64_t in = s.widths[li], out = s.widths[li + 1], rows = weight_rows(s, l);
+    if (norm_at(s, l)) rmsnorm_forward(h[li], M, in, eps, a[li], rinv[li]);
+    const std::vector<T>& x = operand(l);
+    const auto& wl = w[li];
+    auto& zl = z[li];
     if (gemm) {
-      zl = call_gemm(gemm, GemmCall{GemmRole::Fprop, l, step}, h[static_cast<std::size_t>(l)], M, in, wl, out, in, M, out);
+      zl = call_gemm(gemm, GemmCall{GemmRole::Fprop, l, step}, x, M, in, wl, rows, in, M, rows);
     } else {
-      zl.assign(static_cast<std::size_t>(M * out), T(0));
-      const std::vector<T> wt = transposed(wl, out, in);
-      gemm_kn(h[static_cast<std::size_t>(l)].data(), wt.data(), zl.data(), M, in, out);
+      zl.assign(static_cast<std::size_t>(M * rows), T(0));
+      const std::vector<T> wt = transposed(wl, rows, in);
+      gemm_kn(x.data(), wt.data(), zl.data(), M, in, rows);
     }
     if (l + 1 < L) {
-      auto& hn = h[static_cast<std::size_t>(l) + 1];
-      hn.resize(zl.size());
-      for (std::size_t i = 0; i < zl.size(); ++i) hn[i] = act(s.activation, zl[i]);
+      auto& hn = h[li + 1];
+      hn.resize(static_cast<std::size_t>(M * out));
+      if (swiglu) {
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < out; ++j) {
+            const T& g = zl[static_cast<std::size_t>(i * rows + j)];
+            const T& u = zl[static_cast<std::size_t>(i * rows + out + j)];
+            hn[static_cast<std::size_t>(i * out + j)] = (g * sigmoid(g)) * u;
+          }
+      } else {
+        for (std::size_t i = 0; i < zl.size(); ++i) hn[i] = act(s.activation, zl[i]);
+      }
+      if (residual_at(s, l))
+        for (std::size_t i = 0; i < hn.size(); ++i) hn[i] = h[li][i] + hn[i];
     }
   }
 
   const std::int64_t out_w = s.widths.back();
   const auto& y = z[static_cast<std::size_t>(L) - 1];
   std::vector<T> dz;
-  double loss = 0.0;
+  Acc loss = Acc(0);
   if (s.task == "classification") {
-    // Softmax cross-entropy against the teacher's argmax class. Loss in double; the gradient
+    // Softmax cross-entropy against the teacher's argmax class. Loss in Acc; the gradient
     // (softmax(Y) - onehot) / M in T, each row in ascending order (max, exp, sum, divide).
     if (grads) dz.resize(y.size());
     for (std::int64_t i = 0; i < M; ++i) {
@@ -305,65 +419,86 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
       std::int64_t label = 0;
       for (std::int64_t j = 1; j < out_w; ++j)
         if (ti[j] > ti[label]) label = j;
-      double mx = static_cast<double>(yi[0]);
-      for (std::int64_t j = 1; j < out_w; ++j) mx = std::max(mx, static_cast<double>(yi[j]));
-      double se = 0.0;
-      for (std::int64_t j = 0; j < out_w; ++j) se += std::exp(static_cast<double>(yi[j]) - mx);
-      loss += (mx + std::log(se)) - static_cast<double>(yi[label]);
+      Acc mx = static_cast<Acc>(yi[0]);
+      for (std::int64_t j = 1; j < out_w; ++j) mx = std::max(mx, static_cast<Acc>(yi[j]));
+      Acc se = Acc(0);
+      for (std::int64_t j = 0; j < out_w; ++j) se += t_exp(Acc(static_cast<Acc>(yi[j]) - mx));
+      using std::log;
+      loss += (mx + log(se)) - static_cast<Acc>(yi[label]);
       if (!grads) continue;
       T m = yi[0];
       for (std::int64_t j = 1; j < out_w; ++j) m = std::max(m, yi[j]);
       T sum = T(0);
-      for (std::int64_t j = 0; j < out_w; ++j) sum = sum + std::exp(yi[j] - m);
+      for (std::int64_t j = 0; j < out_w; ++j) sum = sum + t_exp(T(yi[j] - m));
       for (std::int64_t j = 0; j < out_w; ++j) {
-        const T p = std::exp(yi[j] - m) / sum;
+        const T p = t_exp(T(yi[j] - m)) / sum;
         dz[static_cast<std::size_t>(i * out_w + j)] = (p - (j == label ? T(1) : T(0))) / static_cast<T>(M);
       }
     }
-    loss /= static_cast<double>(M);
-    if (!grads) return loss;
+    loss /= static_cast<Acc>(M);
+    if (!grads) return static_cast<double>(loss);
     grads->assign(static_cast<std::size_t>(L), {});
   } else {
-    // Loss 0.5 mean (Y - T)^2, accumulated in double in ascending element order.
+    // Loss 0.5 mean (Y - T)^2, accumulated in Acc in ascending element order.
     for (std::size_t i = 0; i < y.size(); ++i) {
-      const double d = static_cast<double>(y[i]) - static_cast<double>(batch.t.data[i]);
+      const Acc d = static_cast<Acc>(y[i]) - static_cast<Acc>(batch.t.data[i]);
       loss += d * d;
     }
-    loss = 0.5 * loss / static_cast<double>(M * out_w);
-    if (!grads) return loss;
+    loss = Acc(0.5) * loss / static_cast<Acc>(M * out_w);
+    if (!grads) return static_cast<double>(loss);
     grads->assign(static_cast<std::size_t>(L), {});
     // dZ_{L-1} = (Y - T) / (M out), in T.
     const T denom = static_cast<T>(M * out_w);
     dz.resize(y.size());
     for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (y[i] - static_cast<T>(batch.t.data[i])) / denom;
   }
+  std::vector<T> dh_next;  // the gradient of H_{l+1} (layer l's output), kept for its residual
   for (int l = L - 1; l >= 0; --l) {
     const auto li = static_cast<std::size_t>(l);
-    const std::int64_t in = s.widths[li], out = s.widths[li + 1];
+    const std::int64_t in = s.widths[li], rows = weight_rows(s, l);
+    const std::vector<T>& x = operand(l);
     auto& dw = (*grads)[li];
     if (gemm) {
-      // Wgrad: first = H_l (M x in), second = dZ_l (M x out) -> in x out = dW^T.
-      const std::vector<T> dwt = call_gemm(gemm, GemmCall{GemmRole::Wgrad, l, step}, h[li], M, in, dz, M, out, in, out);
-      dw = transposed(dwt, in, out);
+      // Wgrad: first = A_l (M x in), second = dZ_l (M x rows) -> in x rows = dW^T.
+      const std::vector<T> dwt = call_gemm(gemm, GemmCall{GemmRole::Wgrad, l, step}, x, M, in, dz, M, rows, in, rows);
+      dw = transposed(dwt, in, rows);
     } else {
-      dw.assign(static_cast<std::size_t>(out * in), T(0));
-      const std::vector<T> dzt = transposed(dz, M, out);
-      gemm_kn(dzt.data(), h[li].data(), dw.data(), out, M, in);
+      dw.assign(static_cast<std::size_t>(rows * in), T(0));
+      const std::vector<T> dzt = transposed(dz, M, rows);
+      gemm_kn(dzt.data(), x.data(), dw.data(), rows, M, in);
     }
     if (l == 0) break;
     std::vector<T> dh;
     if (gemm) {
-      // Dgrad: first = dZ_l (M x out), second = W_l (out x in) -> M x in.
-      dh = call_gemm(gemm, GemmCall{GemmRole::Dgrad, l, step}, dz, M, out, w[li], out, in, M, in);
+      // Dgrad: first = dZ_l (M x rows), second = W_l (rows x in) -> M x in.
+      dh = call_gemm(gemm, GemmCall{GemmRole::Dgrad, l, step}, dz, M, rows, w[li], rows, in, M, in);
     } else {
       dh.assign(static_cast<std::size_t>(M * in), T(0));
-      gemm_kn(dz.data(), w[li].data(), dh.data(), M, out, in);
+      gemm_kn(dz.data(), w[li].data(), dh.data(), M, rows, in);
     }
+    if (norm_at(s, l)) dh = rmsnorm_backward(dh, a[li], rinv[li], M, in);
+    if (residual_at(s, l))
+      for (std::size_t i = 0; i < dh.size(); ++i) dh[i] = dh[i] + dh_next[i];
+    // Through layer l-1's activation: dZ_{l-1}.
     const auto& zp = z[li - 1];
-    dz.resize(dh.size());
-    for (std::size_t i = 0; i < dh.size(); ++i) dz[i] = dh[i] * act_derivative(s.activation, zp[i]);
+    const std::int64_t prow = weight_rows(s, l - 1);
+    dz.resize(zp.size());
+    if (swiglu) {
+      for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < in; ++j) {
+          const T& g = zp[static_cast<std::size_t>(i * prow + j)];
+          const T& u = zp[static_cast<std::size_t>(i * prow + in + j)];
+          const T& d = dh[static_cast<std::size_t>(i * in + j)];
+          const T sg = sigmoid(g);
+          dz[static_cast<std::size_t>(i * prow + j)] = (d * u) * (sg * (T(1) + g * (T(1) - sg)));
+          dz[static_cast<std::size_t>(i * prow + in + j)] = d * (g * sg);
+        }
+    } else {
+      for (std::size_t i = 0; i < dh.size(); ++i) dz[i] = dh[i] * act_derivative(s.activation, zp[i]);
+    }
+    dh_next = std::move(dh);
   }
-  return loss;
+  return static_cast<double>(loss);
 }
 
 }  // namespace
@@ -372,10 +507,39 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
 Activation parse_activation(const std::string& s) {
   if (s == "relu") return Activation::Relu;
   if (s == "gelu") return Activation::Gelu;
-  throw std::invalid_argument("unknown activation '" + s + "' (known: relu, gelu)");
+  if (s == "swiglu") return Activation::Swiglu;
+  throw std::invalid_argument("unknown activation '" + s + "' (known: relu, gelu, swiglu)");
 }
 
-std::string to_string(Activation a) { return a == Activation::Relu ? "relu" : "gelu"; }
+std::string to_string(Activation a) {
+  switch (a) {
+    case Activation::Relu: return "relu";
+    case Activation::Gelu: return "gelu";
+    case Activation::Swiglu: break;
+  }
+  return "swiglu";
+}
+
+Norm parse_norm(const std::string& s) {
+  if (s == "none") return Norm::None;
+  if (s == "rmsnorm") return Norm::RmsNorm;
+  throw std::invalid_argument("unknown norm '" + s + "' (known: none, rmsnorm)");
+}
+
+std::string to_string(Norm n) { return n == Norm::None ? "none" : "rmsnorm"; }
+
+std::int64_t weight_rows(const MlpSpec& s, int layer) {
+  const auto l = static_cast<std::size_t>(layer);
+  const bool hidden = l + 2 < s.widths.size();
+  return (hidden && s.activation == Activation::Swiglu ? 2 : 1) * s.widths[l + 1];
+}
+
+bool norm_at(const MlpSpec& s, int layer) { return s.norm == Norm::RmsNorm && layer >= 1; }
+
+bool residual_at(const MlpSpec& s, int layer) {
+  const auto l = static_cast<std::size_t>(layer);
+  return s.residual && layer >= 1 && l + 2 < s.widths.size() && s.widths[l] == s.widths[l + 1];
+}
 
 void validate(const MlpSpec& s) {
   auto bad = [](const std::string& field, const std::string& why) {
@@ -387,6 +551,14 @@ void validate(const MlpSpec& s) {
   for (std::size_t i = 0; i < s.widths.size(); ++i)
     if (s.widths[i] < 1) bad("widths", "entry " + std::to_string(i) + " must be >= 1");
   if (s.batch < 1) bad("batch", "must be >= 1");
+  if (!(s.norm_eps > 0.0) || !std::isfinite(s.norm_eps)) bad("norm_eps", "must be > 0 and finite");
+  if (s.residual) {
+    bool any = false;
+    for (std::size_t l = 1; l + 2 < s.widths.size(); ++l) any = any || s.widths[l] == s.widths[l + 1];
+    if (!any)
+      bad("residual", "is set but no hidden layer can have one (needs widths[l] == widths[l+1] for some "
+                      "1 <= l <= layers - 2)");
+  }
   if (s.teacher_width < 1) bad("teacher_width", "must be >= 1");
   if (!(s.outlier_fraction >= 0.0 && s.outlier_fraction <= 1.0)) bad("outlier_fraction", "must be in [0, 1]");
   if (!(s.outlier_scale > 0.0) || !std::isfinite(s.outlier_scale)) bad("outlier_scale", "must be > 0 and finite");
@@ -467,7 +639,7 @@ MlpState<T> init_state(const MlpSpec& s) {
   MlpState<T> st;
   const std::size_t L = s.widths.size() - 1;
   for (std::size_t l = 0; l < L; ++l) {
-    const Matrix w = normal_matrix(derive_seed(s.seed, kInit, l), s.widths[l + 1], s.widths[l],
+    const Matrix w = normal_matrix(derive_seed(s.seed, kInit, l), weight_rows(s, static_cast<int>(l)), s.widths[l],
                                    1.0 / std::sqrt(static_cast<double>(s.widths[l])));
     st.w.push_back(from_matrix<T>(w));
     st.m1.emplace_back(w.data.size(), T(0));
@@ -520,12 +692,15 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
     } else {
       // AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; the step
       // lr (m / bc1) / (sqrt(v / bc2) + eps) plus the decoupled decay lr wd W;
-      // bc_i = 1 - beta_i^t (t = step + 1) and 1 - beta_i are computed in double, rounded to T.
+      // bc_i = 1 - beta_i^t (t = step + 1) and 1 - beta_i are computed in W (the wider of T
+      // and double), rounded to T.
+      using W = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+      using std::pow;
       auto& m2 = state.m2[l];
-      const double t = static_cast<double>(state.step + 1);
-      const T b1 = static_cast<T>(s.beta1), c1 = static_cast<T>(1.0 - s.beta1);
-      const T b2 = static_cast<T>(s.beta2), c2 = static_cast<T>(1.0 - s.beta2);
-      const T bc1 = static_cast<T>(1.0 - std::pow(s.beta1, t)), bc2 = static_cast<T>(1.0 - std::pow(s.beta2, t));
+      const W t = static_cast<W>(state.step + 1);
+      const T b1 = static_cast<T>(s.beta1), c1 = static_cast<T>(W(1) - W(s.beta1));
+      const T b2 = static_cast<T>(s.beta2), c2 = static_cast<T>(W(1) - W(s.beta2));
+      const T bc1 = static_cast<T>(W(1) - pow(W(s.beta1), t)), bc2 = static_cast<T>(W(1) - pow(W(s.beta2), t));
       const T eps = static_cast<T>(s.eps);
 #pragma omp parallel for schedule(static) reduction(+ : lost) if (n > (1 << 15))
       for (std::int64_t i = 0; i < n; ++i) {
@@ -534,7 +709,7 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
         m1[k] = b1 * m1[k] + c1 * gi;
         m2[k] = b2 * m2[k] + c2 * (gi * gi);
         const T mhat = m1[k] / bc1, vhat = m2[k] / bc2;
-        const T upd = lr * (mhat / (std::sqrt(vhat) + eps)) + lr * (wd * w[k]);
+        const T upd = lr * (mhat / (t_sqrt(vhat) + eps)) + lr * (wd * w[k]);
         const T wn = w[k] - upd;
         lost += (upd != T(0) && wn == w[k]) ? 1 : 0;
         w[k] = wn;
@@ -545,6 +720,41 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
   ++state.step;
   return stats;
 }
+
+// ---- reference precisions ---------------------------------------------------------------
+MlpPrecision parse_mlp_precision(const std::string& s) {
+  if (s == "double") return MlpPrecision::Double;
+  if (s == "binary128") return MlpPrecision::Binary128;
+  if (s == "mp256") return MlpPrecision::Mp256;
+  throw std::invalid_argument("unknown reference precision '" + s + "' (known: double, binary128, mp256)");
+}
+
+std::string to_string(MlpPrecision p) {
+  switch (p) {
+    case MlpPrecision::Double: return "double";
+    case MlpPrecision::Binary128: return "binary128";
+    case MlpPrecision::Mp256: break;
+  }
+  return "mp256";
+}
+
+int significand_bits(MlpPrecision p) {
+  switch (p) {
+    case MlpPrecision::Double: return 53;
+    case MlpPrecision::Binary128: return 113;
+    case MlpPrecision::Mp256: break;
+  }
+  return 256;
+}
+
+#define FP4D_MLP_INSTANTIATE(T)                                                                          \
+  template MlpState<T> init_state<T>(const MlpSpec&);                                                    \
+  template StepStats train_step<T>(const MlpSpec&, MlpState<T>&, const GemmFn&);                        \
+  template double loss_and_gradients<T>(const MlpSpec&, const std::vector<std::vector<T>>&, std::int64_t, \
+                                        const GemmFn&, std::vector<std::vector<T>>*);
+FP4D_MLP_INSTANTIATE(mlp_binary128)
+FP4D_MLP_INSTANTIATE(mlp_mp256)
+#undef FP4D_MLP_INSTANTIATE
 
 template MlpState<float> init_state<float>(const MlpSpec&);
 template MlpState<double> init_state<double>(const MlpSpec&);

@@ -6,12 +6,15 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "sim/batch_prefetch.hpp"
 #include "trace/h5.hpp"
@@ -34,6 +37,17 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     }
     return Activation::Relu;
   }();
+  m.norm = [&] {
+    const std::string n = cfg.get_string("mlp.norm", "none");
+    try {
+      return parse_norm(n);
+    } catch (const std::exception& e) {
+      cfg.require(false, "mlp.norm", e.what());
+    }
+    return Norm::None;
+  }();
+  m.norm_eps = cfg.get_double("mlp.norm_eps", m.norm_eps);
+  m.residual = cfg.get_bool("mlp.residual", m.residual);
   m.batch = cfg.get_int("mlp.batch", m.batch);
   m.task = cfg.get_string("mlp.task", m.task);
   m.seed = static_cast<std::uint64_t>(cfg.get_int("mlp.seed", 1));
@@ -93,8 +107,21 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   r.queue = cfg.get_int("reference.queue", r.queue);
   cfg.require(r.queue >= 1, "reference.queue", "must be >= 1");
   const std::string precision = cfg.get_string("reference.precision", "double");
-  cfg.require(precision == "double", "reference.precision",
-              "only double is available for the mlp reference so far (binary128 / cpp_bin_float: not yet)");
+  try {
+    r.reference_precision = parse_mlp_precision(precision);
+  } catch (const std::exception& e) {
+    cfg.require(false, "reference.precision", e.what());
+  }
+  const std::string check = cfg.get_string("reference.check_precision", "none");
+  if (check != "none") {
+    try {
+      r.check_precision = parse_mlp_precision(check);
+    } catch (const std::exception& e) {
+      cfg.require(false, "reference.check_precision", std::string(e.what()) + " or none");
+    }
+    cfg.require(significand_bits(*r.check_precision) > significand_bits(r.reference_precision),
+                "reference.check_precision", "must be wider than reference.precision (" + precision + ")");
+  }
   r.trace_every = cfg.get_int("trace.every", r.trace_every);
   cfg.require(r.trace_every >= 1, "trace.every", "must be >= 1");
   r.flush_every = cfg.get_int("trace.flush_every", r.flush_every);
@@ -118,15 +145,58 @@ double rel_error(const std::vector<float>& a, const std::vector<double>& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The reference's own error at a compare step s (check_precision): the step redone in the
+// wider precision C from the reference's state before it; per layer ||W_R - W_C|| / ||W_C||
+// after the step, and |loss_R - loss_C| / |loss_C| of the step.
+struct ReferenceCheck {
+  std::vector<double> weight_rel_error;
+  double loss_rel_error = 0;
+};
+
+template <class R, class C>
+C widen(const R& x) {
+  if constexpr (std::is_floating_point_v<R>) return C(x);  // double -> wider: exact
+  else return static_cast<C>(x);                          // binary128 -> mp256: exact (113 <= 256 bits)
+}
+
+template <class R, class C>
+ReferenceCheck check_reference_step(const MlpSpec& model, const MlpState<R>& before, const MlpState<R>& after,
+                                    double loss) {
+  MlpState<C> c;
+  c.step = before.step;
+  const auto conv = [](const std::vector<std::vector<R>>& v) {
+    std::vector<std::vector<C>> out(v.size());
+    for (std::size_t l = 0; l < v.size(); ++l)
+      for (const R& x : v[l]) out[l].push_back(widen<R, C>(x));
+    return out;
+  };
+  c.w = conv(before.w), c.m1 = conv(before.m1), c.m2 = conv(before.m2);
+  const StepStats st = train_step<C>(model, c, nullptr);
+  ReferenceCheck r;
+  for (std::size_t l = 0; l < c.w.size(); ++l) {
+    C num = C(0), den = C(0);  // in C: the differences are far below double's resolution of W
+    for (std::size_t i = 0; i < c.w[l].size(); ++i) {
+      const C d = widen<R, C>(after.w[l][i]) - c.w[l][i];
+      num += d * d;
+      den += c.w[l][i] * c.w[l][i];
+    }
+    r.weight_rel_error.push_back(std::sqrt(mlp_to_double(num)) / std::sqrt(mlp_to_double(den)));
+  }
+  r.loss_rel_error = st.loss != 0 ? std::abs(loss - st.loss) / std::abs(st.loss) : std::abs(loss);
+  return r;
+}
+
 // What the reference thread publishes: its loss at every step, its weights at compare steps,
 // its whole state at checkpoint steps.
+template <class R>
 struct ReferenceFeed {
   std::mutex mu;
   std::condition_variable cv;
   std::int64_t done = 0;  // steps completed (loss of steps < done known)
   std::map<std::int64_t, double> loss;
   std::map<std::int64_t, Weights> weights;              // after step s (state at s + 1)
-  std::map<std::int64_t, MlpState<double>> checkpoints;  // state at step s (before it)
+  std::map<std::int64_t, MlpState<R>> checkpoints;  // state at step s (before it)
+  std::map<std::int64_t, ReferenceCheck> checks;   // compare steps, with check_precision
   std::exception_ptr error;
   bool stop = false;
 };
@@ -203,17 +273,31 @@ struct Trace {
         grad_bias;
   };
   std::vector<Run> runs;
+  h5::Appendable<double> check_weight, check_loss;  // with check_precision: [C, L], [C]
 };
 
 std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; }
 
+// float and double as themselves; a wider reference scalar as limbs<T>() doubles per value
+// ([n, K], exact: sim/mlp_precision.hpp).
 template <class T>
 void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<T>>& v, bool create) {
   for (std::size_t l = 0; l < v.size(); ++l) {
     const std::string name = prefix + "_" + std::to_string(l);
-    if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
-    else g.open_dataset(name).rewrite(v[l]);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
+      else g.open_dataset(name).rewrite(v[l]);
+    } else {
+      const std::vector<double> d = to_limbs(v[l], "checkpoint " + name);
+      if (create) g.write(name, d, h5::Dims{v[l].size(), static_cast<std::uint64_t>(limbs<T>())}, h5::WriteOptions{false, false});
+      else g.open_dataset(name).rewrite(d);
+    }
   }
+}
+template <class T>
+std::vector<T> read_state(h5::Group g, const std::string& name) {
+  if constexpr (std::is_floating_point_v<T>) return g.read<T>(name);
+  else return from_limbs<T>(g.read<double>(name), "checkpoint " + name);
 }
 template <class T>
 void write_mlp_state(h5::Group g, const std::string& prefix, const MlpState<T>& s, bool create) {
@@ -224,9 +308,9 @@ void write_mlp_state(h5::Group g, const std::string& prefix, const MlpState<T>& 
 template <class T>
 void read_mlp_state(h5::Group g, const std::string& prefix, MlpState<T>& s) {
   for (std::size_t l = 0; l < s.w.size(); ++l) {
-    s.w[l] = g.read<T>(prefix + "_w_" + std::to_string(l));
-    s.m1[l] = g.read<T>(prefix + "_m1_" + std::to_string(l));
-    if (!s.m2.empty()) s.m2[l] = g.read<T>(prefix + "_m2_" + std::to_string(l));
+    s.w[l] = read_state<T>(g, prefix + "_w_" + std::to_string(l));
+    s.m1[l] = read_state<T>(g, prefix + "_m1_" + std::to_string(l));
+    if (!s.m2.empty()) s.m2[l] = read_state<T>(g, prefix + "_m2_" + std::to_string(l));
   }
 }
 
@@ -234,7 +318,7 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   const auto parent = std::filesystem::path(ctl.path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent))
     throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
-  Trace t{h5::File::create(ctl.path), {}, {}, {}, {}};
+  Trace t{h5::File::create(ctl.path), {}, {}, {}, {}, {}, {}};
   h5::Group root = t.file.root();
   write_provenance(root, "fp4drift.run", 1, ctl.command_line);
   root.set_attr("backend", ctl.backend);
@@ -250,7 +334,12 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   m.set_attr("recipes", names);
   m.set_attr("compare_every", spec.compare_every);
   m.set_attr("trace_every", spec.trace_every);
-  m.set_attr("reference_precision", std::string("double"));
+  m.set_attr("reference_precision", to_string(spec.reference_precision));
+  m.set_attr("check_precision", spec.check_precision ? to_string(*spec.check_precision) : std::string("none"));
+  m.set_attr("activation", to_string(spec.model.activation));
+  m.set_attr("norm", to_string(spec.model.norm));
+  m.set_attr("norm_eps", spec.model.norm_eps);
+  m.set_attr("residual", spec.model.residual);
   m.set_attr("operand_slots", std::string("layer * 6 + role * 2 + operand; role fprop 0, dgrad 1, wgrad 2; "
                                           "operand 0 = first (X, dY, X^T), 1 = second (W, W^T, dY^T)"));
   const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
@@ -272,11 +361,15 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                    root.create_appendable<double>(g + "/grad_sr_mean_rel_error", {L})};
     t.runs.push_back(run);
   }
+  if (spec.check_precision) {
+    t.check_weight = root.create_appendable<double>("mlp/reference/check_weight_rel_error", {L});
+    t.check_loss = root.create_appendable<double>("mlp/reference/check_loss_rel_error", {});
+  }
   return t;
 }
 
 Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
-  Trace t{h5::File::open_rw(ctl.path), {}, {}, {}, {}};
+  Trace t{h5::File::open_rw(ctl.path), {}, {}, {}, {}, {}, {}};
   h5::Group root = t.file.root();
   if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != "mlp")
     throw std::invalid_argument("--resume: " + ctl.path + " is not an fp4drift mlp run trace");
@@ -300,6 +393,10 @@ Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
                                 root.open_appendable<double>(g + "/grad_rel_error"),
                                 root.open_appendable<double>(g + "/grad_sr_mean_rel_error")});
   }
+  if (spec.check_precision) {
+    t.check_weight = root.open_appendable<double>("mlp/reference/check_weight_rel_error");
+    t.check_loss = root.open_appendable<double>("mlp/reference/check_loss_rel_error");
+  }
   return t;
 }
 
@@ -317,14 +414,16 @@ double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector
 
 }  // namespace
 
-MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+// The run with the reference in Ref.
+template <class Ref>
+MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   const MlpSpec& model = spec.model;
   const int L = static_cast<int>(model.widths.size() - 1);
   const std::size_t R = spec.recipes.size();
 
   // States at the start (fresh or from the checkpoint).
   std::vector<MlpState<float>> lp(R, init_state<float>(model));  // the runs' starting states
-  MlpState<double> ref = init_state<double>(model);
+  MlpState<Ref> ref = init_state<Ref>(model);
   std::int64_t start = 0;
   Trace trace = ctl.resume ? open_trace(spec, ctl) : create_trace(spec, ctl);
   h5::Group root = trace.file.root();
@@ -348,6 +447,10 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         t.grad_error.truncate(compares);
         t.grad_bias.truncate(compares);
       }
+      if (spec.check_precision) {
+        trace.check_weight.truncate(compares);
+        trace.check_loss.truncate(compares);
+      }
       root.set_attr("status", std::string("running"));
       root.set_attr("resumed_at_step", start);
     } else {
@@ -361,7 +464,19 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     trace.file.flush();
 
     // The reference trains in its own thread.
-    ReferenceFeed feed;
+    ReferenceFeed<Ref> feed;
+    // The reference's own error at compare steps (check_precision): one step redone wider.
+    std::function<ReferenceCheck(const MlpState<Ref>&, const MlpState<Ref>&, double)> check;
+    if (spec.check_precision)
+      dispatch_mlp_precision(*spec.check_precision, [&](auto c) {
+        using C = decltype(c);
+        if constexpr (std::numeric_limits<C>::digits > std::numeric_limits<Ref>::digits)
+          check = [&model](const MlpState<Ref>& b, const MlpState<Ref>& a, double loss) {
+            return check_reference_step<Ref, C>(model, b, a, loss);
+          };
+        else
+          throw std::invalid_argument("mlp: check_precision must be wider than the reference's precision");
+      });
     const auto is_compare = [&](std::int64_t s) { return (s + 1) % spec.compare_every == 0 || s + 1 == spec.steps; };
     const auto is_flush = [&](std::int64_t s) { return (s + 1) % spec.flush_every == 0 || s + 1 == spec.steps; };
     std::thread reference([&] {
@@ -371,10 +486,20 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
             std::lock_guard<std::mutex> lk(feed.mu);
             if (feed.stop) return;
           }
-          const StepStats st = train_step<double>(model, ref, nullptr);
+          std::optional<MlpState<Ref>> before;
+          if (check && is_compare(s)) before = ref;
+          const StepStats st = train_step<Ref>(model, ref, nullptr);
+          std::optional<ReferenceCheck> checked;
+          if (before) checked = check(*before, ref, st.loss);
           std::lock_guard<std::mutex> lk(feed.mu);
           feed.loss[s] = st.loss;
-          if (is_compare(s)) feed.weights[s] = ref.w;
+          if (checked) feed.checks[s] = std::move(*checked);
+          if (is_compare(s)) {
+            Weights w(ref.w.size());
+            for (std::size_t l = 0; l < w.size(); ++l)
+              for (const Ref& x : ref.w[l]) w[l].push_back(mlp_to_double(x));  // RNE: W_Ref to double's 1e-16 (the comparison's scale is the low-precision error)
+            feed.weights[s] = std::move(w);
+          }
           if (is_flush(s)) feed.checkpoints[s] = ref;
           feed.done = s + 1;
           feed.cv.notify_all();
@@ -387,7 +512,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     });
     struct Joiner {
       std::thread& t;
-      ReferenceFeed& f;
+      ReferenceFeed<Ref>& f;
       ~Joiner() {
         {
           std::lock_guard<std::mutex> lk(f.mu);
@@ -439,7 +564,12 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
           ref_w = std::move(feed.weights.at(rec.step));
           feed.weights.erase(rec.step);
         }
-        std::optional<MlpState<double>> ref_ck;
+        std::optional<ReferenceCheck> ref_check;
+        if (rec.weights && check) {
+          ref_check = std::move(feed.checks.at(rec.step));
+          feed.checks.erase(rec.step);
+        }
+        std::optional<MlpState<Ref>> ref_ck;
         if (rec.checkpoint) {
           ref_ck = std::move(feed.checkpoints.at(rec.step));
           feed.checkpoints.erase(rec.step);
@@ -472,6 +602,10 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
             trace.runs[r].grad_cosine.append((*rec.grad_cosine)[r]);
             trace.runs[r].grad_error.append((*rec.grad_error)[r]);
             trace.runs[r].grad_bias.append((*rec.grad_bias)[r]);
+          }
+          if (ref_check) {
+            trace.check_weight.append(ref_check->weight_rel_error);
+            trace.check_loss.append(std::vector<double>{ref_check->loss_rel_error});
           }
           ++compares;
         }
@@ -557,6 +691,17 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     }
     throw;
   }
+}
+
+MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+  // swiglu, rmsnorm and residual connections exist on the CPU path only so far.
+  const MlpSpec& model = spec.model;
+  if (ctl.backend != "cpu" &&
+      (model.activation == Activation::Swiglu || model.norm != Norm::None || model.residual))
+    throw std::invalid_argument("mlp: activation = \"swiglu\", norm = \"rmsnorm\" and residual = true run on "
+                                "--backend cpu only (the " + ctl.backend + " backend's training step does not have them yet)");
+  return dispatch_mlp_precision(spec.reference_precision,
+                                [&](auto r) { return run_mlp_in<decltype(r)>(spec, ctl); });
 }
 
 }  // namespace fp4d

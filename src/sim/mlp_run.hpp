@@ -9,6 +9,11 @@
 //   [reference]  compare_every = 10   (weights compared every k steps; losses every record)
 //                queue = 64           (records the low-precision runs may be ahead of the reference)
 //                probe_draws = 4      (SR draws of the local-error probe, recipes with SR only)
+//                precision = "double" (the reference's scalar: double | binary128 | mp256,
+//                                      sim/mlp_precision.hpp)
+//                check_precision = "none" (or a wider one: at every compare step the reference
+//                                      redoes that step from its own state in this precision, and
+//                                      the difference - its one-step error - goes to the trace)
 //   [trace]      every = 1, flush_every = 100 (flush + checkpoint)
 //
 // Threads: the reference trains in its own thread; the low-precision runs go ahead and keep
@@ -27,8 +32,11 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "sim/lp_trainer.hpp"
 #include "sim/mlp.hpp"
+#include "sim/mlp_precision.hpp"
 #include "sim/recipe_gemm.hpp"
 #include "util/config.hpp"
 
@@ -42,6 +50,8 @@ struct MlpRunSpec {
   std::string edge_recipe = "bf16";
   std::int64_t compare_every = 10, queue = 64;
   std::int64_t probe_draws = 4;  // SR draws of the local-error probe's quantized gradient
+  MlpPrecision reference_precision = MlpPrecision::Double;
+  std::optional<MlpPrecision> check_precision;  // wider than reference_precision
   std::int64_t trace_every = 1, flush_every = 100;
 };
 // Reads [mlp], [recipes], [reference], [trace] (every key checked); steps > 0 overrides.

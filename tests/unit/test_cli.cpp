@@ -408,7 +408,14 @@ TEST_CASE("run mlp: output rules and config errors") {
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[recipes]\nnames = [\"nvfp5\"]\n", "recipes.names"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[recipes]\nhigh_precision_layers = [4]\n", "layer 4 does not exist"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\noptimizer = \"lion\"\n", "must be sgd or adamw"},
-      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"mp256\"\n", "only double"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"float80\"\n", "unknown reference precision 'float80'"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"mp256\"\ncheck_precision = \"binary128\"\n", "must be wider than reference.precision"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\ncheck_precision = \"quad\"\n", "reference.check_precision"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nactivation = \"swish\"\n", "mlp.activation"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm = \"layernorm\"\n", "mlp.norm"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm_eps = 0\n", "norm_eps"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nresidual = 1\n", "mlp.residual"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nresidual = true\n", "residual is set but no hidden layer"},
   };
   for (const auto& [text, want] : cases) {
     INFO(text);
@@ -417,6 +424,62 @@ TEST_CASE("run mlp: output rules and config errors") {
     CHECK(r.err.find(want) != std::string::npos);
     require_no_output(other);
   }
+}
+
+TEST_CASE("run mlp: swiglu, rmsnorm and residual are recorded, and fp32 stays with the reference") {
+  TempDir d;
+  const std::string cfg = write_text(d, "s.toml",
+                                     "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 32, 8]\nbatch = 16\nsteps = 10\n"
+                                     "activation = \"swiglu\"\nnorm = \"rmsnorm\"\nnorm_eps = 1e-5\nresidual = true\n"
+                                     "[recipes]\nnames = [\"fp32\"]\n[reference]\ncompare_every = 5\n");
+  const std::string out = d.file("s.h5");
+  REQUIRE(run("run " + cfg + " --out " + out).status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  fp4d::h5::Group m = f.root().open_group("mlp");
+  CHECK(m.get_attr_string("activation") == "swiglu");
+  CHECK(m.get_attr_string("norm") == "rmsnorm");
+  CHECK(m.get_attr_double("norm_eps") == 1e-5);
+  CHECK(m.get_attr_bool("residual"));
+  // The gated layers' weights are [gate; up]: 2 * 32 rows (checkpoint, one dataset per layer).
+  CHECK(f.root().read<float>("mlp/checkpoint/run_0_w_0").size() == 64 * 16);
+  CHECK(f.root().read<float>("mlp/checkpoint/run_0_w_2").size() == 8 * 32);
+  // The fp32 run within float32 rounding of the reference (k K u = 10 * 32 * 2^-24 ~ 2e-5,
+  // the same first-order argument as the relu trace above).
+  const std::vector<double> w32 = f.root().read<double>("mlp/runs/fp32/weight_rel_error");
+  CHECK(w32.back() < 1e-4);
+  CHECK(w32.back() > 0);
+}
+
+TEST_CASE("run mlp: an mp256 reference, and the double reference's own error checked in binary128") {
+  TempDir d;
+  const std::string base =
+      "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 10\n[recipes]\nnames = [\"fp32\"]\n"
+      "[reference]\ncompare_every = 5\n";
+  const std::string wide = d.file("w.h5"), checked = d.file("c.h5");
+  REQUIRE(run("run " + write_text(d, "w.toml", base + "precision = \"mp256\"\n") + " --out " + wide).status == 0);
+  REQUIRE(run("run " + write_text(d, "c.toml", base + "check_precision = \"binary128\"\n") + " --out " + checked).status == 0);
+  fp4d::h5::File w = fp4d::h5::File::open_read(wide), c = fp4d::h5::File::open_read(checked);
+  CHECK(w.root().open_group("mlp").get_attr_string("reference_precision") == "mp256");
+  CHECK(c.root().open_group("mlp").get_attr_string("reference_precision") == "double");
+  CHECK(c.root().open_group("mlp").get_attr_string("check_precision") == "binary128");
+  // The mp256 checkpoint holds 5 exact double limbs per value (32 x 16 weights of layer 0).
+  fp4d::h5::Dims dims;
+  (void)w.root().read<double>("mlp/checkpoint/reference_w_0", &dims);
+  CHECK(dims == fp4d::h5::Dims{32 * 16, 5});
+  // The two references' losses agree far beyond float32 (10 steps, reductions <= 32: the
+  // double run's error is ~k K u_53 ~ 1e-14 relative in W, test_mlp derives the digits).
+  const std::vector<double> lw = w.root().read<double>("mlp/reference/loss"), lc = c.root().read<double>("mlp/reference/loss");
+  REQUIRE(lw.size() == lc.size());
+  for (std::size_t i = 0; i < lw.size(); ++i) CHECK(std::fabs(lw[i] - lc[i]) <= 1e-12 * lw[i]);
+  // The double reference's one-step error against binary128: one step's rounding, a few u_53
+  // relative in W (> 0: it is not the same arithmetic) - far below the fp32 run's ~1e-7.
+  const std::vector<double> ew = c.root().read<double>("mlp/reference/check_weight_rel_error", &dims);
+  CHECK(dims == fp4d::h5::Dims{2, 2});
+  for (const double e : ew) {
+    CHECK(e > 0);
+    CHECK(e < 1e-14);
+  }
+  CHECK(c.root().read<double>("mlp/reference/check_loss_rel_error").size() == 2);
 }
 
 TEST_CASE("bench mlp-ref runs and reports the fraction of Eigen's double GEMM rate") {

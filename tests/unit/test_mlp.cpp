@@ -13,7 +13,11 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
 #include "sim/mlp.hpp"
+#include "sim/mlp_precision.hpp"
+#include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;
@@ -41,6 +45,7 @@ bool state_bit_equal(const MlpState<T>& a, const MlpState<T>& b) {
 // every pre-activation, to detect coordinates whose finite-difference stencil crosses a kink.
 struct TestForward {
   double loss = 0;
+  double y_norm = 0, r_norm = 0;  // regression: ||Y||, ||Y - T||
   std::vector<bool> positive;  // z > 0 for every hidden pre-activation, in order
 };
 
@@ -48,18 +53,28 @@ TestForward test_forward(const MlpSpec& s, const Weights& w, std::int64_t step) 
   const Batch b = make_batch(s, step);
   const std::size_t L = s.widths.size() - 1;
   const std::int64_t M = s.batch;
+  const bool swiglu = s.activation == Activation::Swiglu;
   std::vector<double> h(b.x.data.begin(), b.x.data.end());
   TestForward r;
   for (std::size_t l = 0; l < L; ++l) {
     const std::int64_t in = s.widths[l], out = s.widths[l + 1];
-    std::vector<double> z(static_cast<std::size_t>(M * out));
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t j = 0; j < out; ++j) {
-        double acc = 0;
-        for (std::int64_t k = 0; k < in; ++k) acc += h[i * in + k] * w[l][j * in + k];
-        z[i * out + j] = acc;
+    const bool hidden = l + 1 < L;
+    const std::int64_t rows = hidden && swiglu ? 2 * out : out;
+    std::vector<double> x = h;
+    if (s.norm == Norm::RmsNorm && l >= 1)  // x / sqrt(mean(x^2) + eps), row by row
+      for (std::int64_t i = 0; i < M; ++i) {
+        double ms = 0;
+        for (std::int64_t k = 0; k < in; ++k) ms += h[i * in + k] * h[i * in + k] / static_cast<double>(in);
+        for (std::int64_t k = 0; k < in; ++k) x[i * in + k] = h[i * in + k] / std::sqrt(ms + s.norm_eps);
       }
-    if (l + 1 == L) {
+    std::vector<double> z(static_cast<std::size_t>(M * rows));
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < rows; ++j) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < in; ++k) acc += x[i * in + k] * w[l][j * in + k];
+        z[i * rows + j] = acc;
+      }
+    if (!hidden) {
       if (s.task == "classification") {  // cross-entropy against the teacher's argmax, naive
         double sum = 0;
         for (std::int64_t i = 0; i < M; ++i) {
@@ -73,17 +88,30 @@ TestForward test_forward(const MlpSpec& s, const Weights& w, std::int64_t step) 
         r.loss = sum / static_cast<double>(M);
         break;
       }
-      double sum = 0;
-      for (std::size_t i = 0; i < z.size(); ++i) sum += (z[i] - b.t.data[i]) * (z[i] - b.t.data[i]);
+      double sum = 0, yy = 0;
+      for (std::size_t i = 0; i < z.size(); ++i) sum += (z[i] - b.t.data[i]) * (z[i] - b.t.data[i]), yy += z[i] * z[i];
       r.loss = 0.5 * sum / static_cast<double>(z.size());
+      r.y_norm = std::sqrt(yy);
+      r.r_norm = std::sqrt(sum);
       break;
     }
-    h.resize(z.size());
-    for (std::size_t i = 0; i < z.size(); ++i) {
-      r.positive.push_back(z[i] > 0);
-      h[i] = s.activation == Activation::Relu ? (z[i] > 0 ? z[i] : 0.0)
-                                              : 0.5 * z[i] * (1.0 + std::erf(z[i] / std::sqrt(2.0)));
-    }
+    // The residual: layers 1 .. L-2 with equal widths add their (un-normalised) input.
+    const bool skip = s.residual && l >= 1 && in == out;
+    std::vector<double> hn(static_cast<std::size_t>(M * out));
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < out; ++j) {
+        double f;
+        if (swiglu) {  // [gate; up]: silu(g) u
+          const double g = z[i * rows + j], u = z[i * rows + out + j];
+          f = g / (1.0 + std::exp(-g)) * u;
+        } else {
+          const double zz = z[i * out + j];
+          r.positive.push_back(zz > 0);
+          f = s.activation == Activation::Relu ? (zz > 0 ? zz : 0.0) : 0.5 * zz * (1.0 + std::erf(zz / std::sqrt(2.0)));
+        }
+        hn[i * out + j] = skip ? h[i * in + j] + f : f;
+      }
+    h = hn;
   }
   return r;
 }
@@ -119,21 +147,78 @@ MlpSpec small_spec() {
 
 }  // namespace
 
-// 1. Gradient check. Central differences with step h on f(w) = loss:
-//      |fd - g| <= h^2 |f'''| / 6 + delta_f / h,
-//    delta_f the absolute rounding error of evaluating f in double. Here h = 2^-18 ~ 3.8e-6
-//    ~ cbrt(u), u = 2^-53, which balances the two terms. delta_f: the forward pass has
-//    3 layers with reductions of <= 7 terms and a 12-term loss sum, so its relative error is
-//    at most a few tens of u with respect to the magnitudes involved (|Y|, |T| = O(1), loss
-//    O(1)); allowing delta_f <= 1000 u (a generous factor for the cancellation in Y - T)
-//    gives delta_f / h <= 1000 * 1.1e-16 / 3.8e-6 ~ 3e-8. Truncation: with relu and a fixed
-//    activation pattern Y is linear in any single weight (each weight appears once on every
-//    path), so f is quadratic along a coordinate and f''' = 0; with gelu |f'''| is a product
-//    of O(1) weights, inputs and gelu derivatives (|gelu'''| < 1), far below 1e3, giving
-//    h^2 / 6 * 1e3 ~ 2.4e-9. Tolerance per coordinate: 5e-8 absolute, and the whole gradient
-//    within 1e-6 relative (a wrong backward pass - a missing act', a transposed dW - is off
-//    by O(|g|) ~ 1e-3 .. 1e-1). Relu coordinates whose stencil w +- h changes the sign of
-//    any pre-activation are skipped explicitly (at most 10% allowed).
+// 1. Gradient check, Richardson-extrapolated central differences on f(w) = loss:
+//      D(h) = (f(w + h) - f(w - h)) / 2h = f' + h^2 f'''/6 + h^4 f^(5)/120 + ...,
+//      R = (4 D(h) - D(2h)) / 3 = f' - h^4 f^(5)/30 + ...
+//    (plain central differences are not enough once swiglu and RMSNorm are in: along some
+//    first-layer weights |f'''| reaches ~2e4, a truncation of 5e-8 at h = 2^-18).
+//    Rounding: each f is evaluated with an absolute error delta_f, so D(h) is off by
+//    <= delta_f / h, D(2h) by <= delta_f / 2h and R by <= (4 + 1/2) / 3 delta_f / h =
+//    1.5 delta_f / h. delta_f: the forward pass has <= 4 layers with reductions of <= 14
+//    terms, a norm and a loss sum of <= 12 terms, so its relative error is a few tens of u
+//    (u = 2^-53) with respect to the magnitudes involved (|Y|, |T| = O(1), loss O(1));
+//    allowing delta_f <= 1000 u (a generous factor for the cancellation in Y - T) and
+//    h = 2^-16 (~1.5e-5) gives 1.5 * 1000 * 1.1e-16 / 1.5e-5 ~ 1.1e-8. Truncation:
+//    h^4 |f^(5)| / 30 ~ 1.8e-21 |f^(5)|, below 2e-12 for |f^(5)| up to 1e9 (the measured
+//    f''' ~ 2e4 is the largest third derivative here; a fifth derivative 5e4 times larger
+//    is still covered). Tolerance per coordinate: 2e-8 absolute, and the whole gradient
+//    within 1e-6 relative (a wrong backward pass - a missing act', a transposed dW, a
+//    missing norm or skip term - is off by O(|g|) ~ 1e-3 .. 1). With relu, coordinates whose
+//    stencil w +- h, w +- 2h changes the sign of any pre-activation are skipped explicitly
+//    (at most 10% allowed); the independent forward pass (test_forward) must match the
+//    model's loss to 1e-13.
+//    The model features are covered by the same bound: swiglu's silu, RMSNorm (rows of O(1)
+//    rms, eps 1e-6 negligible) and the residual's identity path are smooth with O(1)
+//    derivatives except along the few coordinates measured above.
+namespace {
+void check_gradient(const MlpSpec& s) {
+  const auto st = init_state<double>(s);
+  const std::int64_t step = 2;
+  Weights g;
+  const double f0 = loss_and_gradients<double>(s, st.w, step, nullptr, &g);
+  const TestForward base = test_forward(s, st.w, step);
+  REQUIRE(std::abs(f0 - base.loss) <= 1e-13 * base.loss);  // the forward pass, independently
+  REQUIRE(g.size() == s.widths.size() - 1);
+
+  const double h = std::ldexp(1.0, -16);
+  int checked = 0, skipped = 0;
+  double err2 = 0, g2 = 0, max_abs = 0;
+  for (std::size_t l = 0; l < st.w.size(); ++l)
+    for (std::size_t i = 0; i < st.w[l].size(); ++i) {
+      bool kink = false;
+      // D(step): the central difference (w +- step are exact: w = O(1), step a power of 2 >= 2^-16).
+      const auto central = [&](double hh) {
+        Weights wp = st.w, wm = st.w;
+        wp[l][i] += hh;
+        wm[l][i] -= hh;
+        if (s.activation == Activation::Relu)
+          kink = kink || test_forward(s, wp, step).positive != base.positive ||
+                 test_forward(s, wm, step).positive != base.positive;
+        const double fp = loss_and_gradients<double>(s, wp, step, nullptr, nullptr);
+        const double fm = loss_and_gradients<double>(s, wm, step, nullptr, nullptr);
+        return (fp - fm) / (wp[l][i] - wm[l][i]);
+      };
+      const double d1 = central(h), d2 = central(2 * h);
+      if (kink) {
+        ++skipped;
+        continue;
+      }
+      const double fd = (4 * d1 - d2) / 3;
+      const double e = std::abs(fd - g[l][i]);
+      INFO("layer " << l << " element " << i << " fd " << fd << " backward " << g[l][i]);
+      CHECK(e <= 2e-8);
+      max_abs = std::max(max_abs, e);
+      err2 += e * e;
+      g2 += g[l][i] * g[l][i];
+      ++checked;
+    }
+  INFO("checked " << checked << " skipped " << skipped << " max abs error " << max_abs);
+  REQUIRE(checked >= 9 * (checked + skipped) / 10);
+  REQUIRE(g2 > 0);
+  CHECK(std::sqrt(err2 / g2) <= 1e-6);
+}
+}  // namespace
+
 TEST_CASE("mlp: backward pass matches central finite differences in double", "[mlp]") {
   for (const char* task : {"regression", "classification"})
   for (const Activation act : {Activation::Relu, Activation::Gelu}) {
@@ -146,43 +231,42 @@ TEST_CASE("mlp: backward pass matches central finite differences in double", "[m
     s.seed = 3;
     s.activation = act;
     INFO("activation " << to_string(act));
-    const auto st = init_state<double>(s);
-    const std::int64_t step = 2;
-    Weights g;
-    const double f0 = loss_and_gradients<double>(s, st.w, step, nullptr, &g);
-    const TestForward base = test_forward(s, st.w, step);
-    REQUIRE(std::abs(f0 - base.loss) <= 1e-13 * base.loss);  // the forward pass, independently
-    REQUIRE(g.size() == 3);
-
-    const double h = std::ldexp(1.0, -18);
-    int checked = 0, skipped = 0;
-    double err2 = 0, g2 = 0, max_abs = 0;
-    for (std::size_t l = 0; l < st.w.size(); ++l)
-      for (std::size_t i = 0; i < st.w[l].size(); ++i) {
-        Weights wp = st.w, wm = st.w;
-        wp[l][i] += h;
-        wm[l][i] -= h;
-        if (act == Activation::Relu && (test_forward(s, wp, step).positive != base.positive ||
-                                        test_forward(s, wm, step).positive != base.positive)) {
-          ++skipped;
-          continue;
-        }
-        const double fp = loss_and_gradients<double>(s, wp, step, nullptr, nullptr);
-        const double fm = loss_and_gradients<double>(s, wm, step, nullptr, nullptr);
-        const double fd = (fp - fm) / (wp[l][i] - wm[l][i]);
-        const double e = std::abs(fd - g[l][i]);
-        INFO("layer " << l << " element " << i << " fd " << fd << " backward " << g[l][i]);
-        CHECK(e <= 5e-8);
-        max_abs = std::max(max_abs, e);
-        err2 += e * e;
-        g2 += g[l][i] * g[l][i];
-        ++checked;
-      }
-    INFO("checked " << checked << " skipped " << skipped << " max abs error " << max_abs);
-    REQUIRE(checked >= 9 * (checked + skipped) / 10);
-    REQUIRE(g2 > 0);
-    CHECK(std::sqrt(err2 / g2) <= 1e-6);
+    check_gradient(s);
   }
+}
+
+TEST_CASE("mlp: swiglu, rmsnorm and residual backward passes match central finite differences", "[mlp]") {
+  struct Variant {
+    Activation act;
+    Norm norm;
+    bool residual;
+  };
+  const std::vector<Variant> variants = {
+      {Activation::Swiglu, Norm::None, false},   {Activation::Gelu, Norm::RmsNorm, false},
+      {Activation::Gelu, Norm::None, true},      {Activation::Relu, Norm::RmsNorm, true},
+      {Activation::Swiglu, Norm::RmsNorm, true},
+  };
+  for (const char* task : {"regression", "classification"})
+    for (const Variant& v : variants) {
+      MlpSpec s;
+      s.task = task;
+      s.widths = {5, 7, 7, 7, 3};  // layers 1 and 2 are 7 -> 7: both get the skip
+      s.batch = 4;
+      s.teacher_width = 8;
+      s.seed = 5;
+      s.activation = v.act;
+      s.norm = v.norm;
+      s.residual = v.residual;
+      INFO("task " << task << " activation " << to_string(v.act) << " norm " << to_string(v.norm) << " residual "
+                   << v.residual);
+      REQUIRE(residual_at(s, 1) == v.residual);
+      REQUIRE(residual_at(s, 2) == v.residual);
+      REQUIRE_FALSE(residual_at(s, 0));
+      REQUIRE_FALSE(residual_at(s, 3));
+      REQUIRE(weight_rows(s, 0) == (v.act == Activation::Swiglu ? 14 : 7));
+      REQUIRE(weight_rows(s, 3) == 3);  // the output layer is never gated
+      check_gradient(s);
+    }
 }
 
 // 2. The GemmFn plumbing: a GemmFn computing the plain float32 product in the documented
@@ -288,9 +372,19 @@ TEST_CASE("mlp: a plain float32 GemmFn reproduces the built-in float path bit fo
 //      ||W_f - W_d|| / ||W_d|| <= c k u (1 + 2 L K rho / (1 - mu)).
 //    With the asserted small-step condition rho <= (1 - mu) / (2L) this is <= 2 c k K u,
 //    the c k K u form. And the difference is non-zero (the float run does round).
+//    The model features keep the form of the bound: swiglu and the residual add O(u)
+//    element-wise steps, RMSNorm a row reduction of <= K terms (inside the 2 L K u per
+//    gradient) and a rescaling by an O(1) factor; so the same bound is asserted for them.
 TEST_CASE("mlp: float32 drifts from the double reference within the float32 rounding bound", "[mlp]") {
+  for (int variant = 0; variant < 2; ++variant) {
   MlpSpec s = small_spec();
   s.lr = 0.02;
+  if (variant == 1) {  // every feature: {16, 64, 64, 8} has the 64 -> 64 layer 1 for the skip
+    s.activation = Activation::Swiglu;
+    s.norm = Norm::RmsNorm;
+    s.residual = true;
+  }
+  INFO("variant " << (variant == 0 ? "relu" : "swiglu + rmsnorm + residual"));
   const int k_steps = 20;
   auto f = init_state<float>(s);
   auto d = init_state<double>(s);
@@ -316,16 +410,20 @@ TEST_CASE("mlp: float32 drifts from the double reference within the float32 roun
   }
   INFO("rho " << rho);
   CHECK(rho <= (1.0 - s.momentum) / (2.0 * L));
+  }
 }
 
 // 4. Determinism and schedules.
 TEST_CASE("mlp: runs, batches and schedules are deterministic", "[mlp]") {
   SECTION("two runs with one seed are bit-identical, whatever the thread count") {
-    for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW}) {
+    for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW})
+    for (const bool features : {false, true}) {
       MlpSpec s;  // the default size: large enough for the OpenMP regions to split
       s.optimizer = opt;
       s.lr = opt == Optimizer::Sgd ? 0.05 : 1e-3;
-      s.activation = Activation::Gelu;
+      s.activation = features ? Activation::Swiglu : Activation::Gelu;
+      if (features) s.norm = Norm::RmsNorm, s.residual = true;  // {64, 256, 256, 16}: layer 1 is 256 -> 256
+      INFO("features " << features);
       const int threads = omp_get_max_threads();
       auto a = init_state<float>(s);
       auto b = init_state<float>(s);
@@ -412,11 +510,14 @@ TEST_CASE("mlp: runs, batches and schedules are deterministic", "[mlp]") {
 
 // 5. Learning works, and bad specs are refused naming the field.
 TEST_CASE("mlp: the loss decreases over 200 steps in double", "[mlp]") {
-  for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW}) {
+  for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW})
+  for (const bool features : {false, true}) {
     MlpSpec s = small_spec();
     s.widths = {16, 64, 64, 4};
     s.optimizer = opt;
     s.lr = opt == Optimizer::Sgd ? 0.05 : 3e-3;
+    if (features) s.activation = Activation::Swiglu, s.norm = Norm::RmsNorm, s.residual = true;
+    INFO("features " << features);
     auto st = init_state<double>(s);
     std::vector<double> loss;
     for (int k = 0; k < 200; ++k) loss.push_back(train_step<double>(s, st, nullptr).loss);
@@ -459,6 +560,10 @@ TEST_CASE("mlp: validate rejects bad specs naming the field", "[mlp]") {
       {[](MlpSpec& s) { s.teacher_width = 0; }, "teacher_width"},
       {[](MlpSpec& s) { s.task = "ranking"; }, "task"},
       {[](MlpSpec& s) { s.task = "classification", s.widths = {8, 1}; }, "widths"},
+      {[](MlpSpec& s) { s.norm_eps = 0; }, "norm_eps"},
+      {[](MlpSpec& s) { s.norm_eps = std::nan(""); }, "norm_eps"},
+      {[](MlpSpec& s) { s.residual = true, s.widths = {8, 16, 32, 4}; }, "residual"},  // no equal-width hidden layer
+      {[](MlpSpec& s) { s.residual = true, s.widths = {8, 8, 4}; }, "residual"},       // 8 -> 8 is the input layer
   };
   for (const auto& c : cases) {
     MlpSpec s;
@@ -476,11 +581,165 @@ TEST_CASE("mlp: validate rejects bad specs naming the field", "[mlp]") {
   CHECK(parse_activation("gelu") == Activation::Gelu);
   CHECK(to_string(parse_activation("gelu")) == "gelu");
   CHECK_THROWS_AS(parse_activation("swish"), std::invalid_argument);
+  CHECK(parse_activation("swiglu") == Activation::Swiglu);
+  CHECK(to_string(Activation::Swiglu) == "swiglu");
+  CHECK(parse_norm("none") == Norm::None);
+  CHECK(parse_norm("rmsnorm") == Norm::RmsNorm);
+  CHECK(to_string(Norm::RmsNorm) == "rmsnorm");
+  CHECK_THROWS_AS(parse_norm("layernorm"), std::invalid_argument);
+  {  // residual = true on a valid shape: only the equal-width hidden layers get the skip
+    MlpSpec r;
+    r.widths = {8, 16, 16, 32, 32, 4};
+    r.residual = true;
+    CHECK_NOTHROW(validate(r));
+    CHECK((!residual_at(r, 0) && residual_at(r, 1) && !residual_at(r, 2) && residual_at(r, 3) && !residual_at(r, 4)));
+    r.activation = Activation::Swiglu;
+    CHECK(weight_rows(r, 1) == 32);
+    CHECK(weight_rows(r, 4) == 4);
+    CHECK(init_state<float>(r).w[1].size() == 32 * 16);  // [gate; up] x in
+  }
   // Weights of the wrong shape are refused.
   MlpSpec s;
   auto st = init_state<double>(s);
   st.w[1].pop_back();
   CHECK_THROWS_AS(train_step<double>(s, st, nullptr), std::invalid_argument);
+}
+
+// 6. Wider references. The double reference against mp256 (cpp_bin_float<256>) from the same
+//    initialisation and data: mp256's own rounding (2^-256) is nil at this scale, so the
+//    difference is the double run's error, bounded as in test 3 with u = 2^-53:
+//      ||W_d - W_mp|| / ||W_mp|| <= b_W(k) = c k u (1 + 2 L K rho / (1 - mu)).
+//    Its loss then differs by at most B_k = kappa_k b_W(k) + e_eval relative, kappa_k =
+//    ||grad L|| ||W|| / L (the loss's condition number in W, first order) and e_eval the
+//    double evaluation of the loss at given weights: each of the L GEMMs is within gamma_K
+//    |A||B| (Higham), |A||B| / |AB| ~ sqrt(K) for random signs, and dL / L = 2 <r, dY> /
+//    ||r||^2 <= 2 ||dY|| / ||r||, so e_eval <= 2 L K^1.5 u ||Y|| / ||r|| (factor 2 spare).
+//    The losses are printed with d = floor(-log10(max_k B_k)) significant digits; they
+//    must agree in those digits up to one unit in the last (two values within half a unit
+//    can round to neighbours), and within B_k at each step. binary128 vs mp256: the same
+//    weight bound with u = 2^-113 (its losses are rounded to double on return, so only the
+//    weights resolve it). Each wider run must differ from the narrower one (it is not
+//    secretly the same arithmetic).
+TEST_CASE("mlp: the double and binary128 references agree with mp256 to the digits their rounding predicts",
+          "[mlp]") {
+  {  // SGD with momentum: the optimizer test 3's bound is derived for
+    MlpSpec s = small_spec();
+    s.lr = 0.02;
+    s.activation = Activation::Gelu;  // exp and erf of every precision in the loop
+    const int k_steps = 12;
+    auto d = init_state<double>(s);
+    auto q = init_state<mlp_binary128>(s);
+    auto m = init_state<mlp_mp256>(s);
+    const auto L = static_cast<double>(s.widths.size() - 1);
+    double K = static_cast<double>(s.batch);
+    for (auto w : s.widths) K = std::max(K, static_cast<double>(w));
+    const double ud = std::ldexp(1.0, -53), uq = std::ldexp(1.0, -113), c = 2.0;
+    // Relative weight difference against mp256, the difference taken in mp256.
+    const auto rel = [&](const auto& w) {
+      mlp_mp256 num = 0, den = 0;
+      for (std::size_t l = 0; l < w.size(); ++l)
+        for (std::size_t i = 0; i < w[l].size(); ++i) {
+          const mlp_mp256 x = static_cast<mlp_mp256>(w[l][i]) - m.w[l][i];
+          num += x * x;
+          den += m.w[l][i] * m.w[l][i];
+        }
+      return std::sqrt(mlp_to_double(num) / mlp_to_double(den));
+    };
+    double rho = 0, b_max = 0;
+    std::vector<double> ld, lm, bound;
+    bool d_differs = false, q_differs = false;
+    for (int k = 1; k <= k_steps; ++k) {
+      Weights wm(m.w.size()), g;
+      for (std::size_t l = 0; l < m.w.size(); ++l)
+        for (const auto& x : m.w[l]) wm[l].push_back(mlp_to_double(x));
+      loss_and_gradients<double>(s, wm, m.step, nullptr, &g);
+      rho = std::max(rho, lr_at(s, m.step) * norm_all(g) / norm_all(wm));
+      // The bound on the loss of this step (evaluated at the weights before it, step k - 1).
+      const double bw_before = k == 1 ? 0.0 : c * (k - 1) * ud * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const TestForward tf = test_forward(s, wm, m.step);
+      const double kappa = norm_all(g) * norm_all(wm) / tf.loss;
+      const double b = kappa * bw_before + 2.0 * L * std::pow(K, 1.5) * ud * tf.y_norm / tf.r_norm;
+      ld.push_back(train_step<double>(s, d, nullptr).loss);
+      train_step<mlp_binary128>(s, q, nullptr);
+      lm.push_back(train_step<mlp_mp256>(s, m, nullptr).loss);
+      bound.push_back(b);
+      b_max = std::max(b_max, b);
+      const double bw = c * k * ud * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const double bq = c * k * uq * (1.0 + 2.0 * L * K * rho / (1.0 - s.momentum));
+      const double ed = rel(d.w), eq = rel(q.w);
+      INFO("step " << k << ": double vs mp256 " << ed << " (bound " << bw << "), binary128 vs mp256 " << eq
+                   << " (bound " << bq << ")");
+      CHECK(ed <= bw);
+      CHECK(eq <= bq);
+      d_differs = d_differs || ed > 0;
+      q_differs = q_differs || eq > 0;
+    }
+    CHECK(rho <= (1.0 - s.momentum) / (2.0 * L));  // the small-step condition of test 3
+    CHECK(d_differs);
+    CHECK(q_differs);
+    const int digits = static_cast<int>(std::floor(-std::log10(b_max)));
+    INFO("largest loss bound " << b_max << ": " << digits << " digits");
+    CHECK(digits >= 8);  // the bound is meaningful (double's 16 digits minus the run's growth)
+    for (std::size_t k = 0; k < ld.size(); ++k) {
+      char a[64], b[64];
+      std::snprintf(a, sizeof a, "%.*e", digits - 1, ld[k]);
+      std::snprintf(b, sizeof b, "%.*e", digits - 1, lm[k]);
+      const double unit = std::pow(10.0, std::floor(std::log10(std::abs(lm[k]))) - (digits - 1));
+      INFO("step " << k << ": double " << a << ", mp256 " << b);
+      CHECK(std::abs(std::strtod(a, nullptr) - std::strtod(b, nullptr)) <= 1.001 * unit);
+      CHECK(std::abs(ld[k] - lm[k]) <= bound[k] * std::abs(lm[k]));
+    }
+  }
+}
+
+TEST_CASE("mlp: wide reference values are stored exactly as doubles, or refused", "[mlp]") {
+  std::vector<mlp_mp256> v;
+  mlp_mp256 x = 1;
+  for (int i = 0; i < 40; ++i) {
+    x = x / 3 - mlp_mp256(i) / 7;  // 256 significant bits, both signs, varied exponents
+    v.push_back(x);
+  }
+  const std::vector<double> d = to_limbs(v, "test");
+  REQUIRE(d.size() == v.size() * 5);  // ceil(256 / 53)
+  const std::vector<mlp_mp256> back = from_limbs<mlp_mp256>(d, "test");
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(back[i] == v[i]);
+  std::vector<mlp_binary128> q{mlp_binary128(1) / 3, -mlp_binary128(2) / 7};
+  CHECK(from_limbs<mlp_binary128>(to_limbs(q, "test"), "test") == q);
+  // 2^-1000 / 3: its lower limbs would fall below double's smallest subnormal.
+  const std::vector<mlp_mp256> tiny{ldexp(mlp_mp256(1), -1000) / 3};
+  CHECK_THROWS_AS(to_limbs(tiny, "tiny"), std::runtime_error);
+  CHECK(parse_mlp_precision("mp256") == MlpPrecision::Mp256);
+  CHECK(to_string(parse_mlp_precision("binary128")) == "binary128");
+  CHECK(significand_bits(MlpPrecision::Binary128) == 113);
+  CHECK_THROWS_AS(parse_mlp_precision("float80"), std::invalid_argument);
+}
+
+// The CPU-only features are refused on another backend before anything is written.
+TEST_CASE("mlp: swiglu, rmsnorm and residual are refused on a non-CPU backend", "[mlp]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "fp4d_mlp_backend_refusal.h5").string();
+  std::filesystem::remove(path);
+  for (int f = 0; f < 3; ++f) {
+    MlpRunSpec spec;
+    spec.model.widths = {16, 32, 32, 8};
+    spec.model.batch = 16;
+    spec.steps = 2;
+    spec.recipes = {"fp32"};
+    if (f == 0) spec.model.activation = Activation::Swiglu;
+    if (f == 1) spec.model.norm = Norm::RmsNorm;
+    if (f == 2) spec.model.residual = true;
+    MlpRunControl ctl;
+    ctl.path = path;
+    ctl.backend = "cuda";
+    std::string msg;
+    try {
+      run_mlp(spec, ctl);
+    } catch (const std::invalid_argument& e) {
+      msg = e.what();
+    }
+    INFO("feature " << f << ": '" << msg << "'");
+    CHECK(msg.find("--backend cpu only") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
 }
 
 // Timing of one float32 train_step of the default model on one thread (not run by ctest).
