@@ -242,6 +242,12 @@ TEST_CASE("gpu mlp: recipes and shapes without a resident path are named", "[gpu
   MlpSpec s = small_model();
   CHECK(cuda::mlp_cuda_unsupported(s, recipe("mxfp4")).find("mxfp4") != std::string::npos);
   CHECK(cuda::mlp_cuda_unsupported(s, recipe("fp8")).find("fp8") != std::string::npos);
+  MlpSpec g = small_model();
+  g.activation = Activation::Swiglu;
+  CHECK(cuda::mlp_cuda_unsupported(g, recipe("nvfp4")).find("swiglu") != std::string::npos);
+  g = small_model();
+  g.norm = Norm::RmsNorm;
+  CHECK(cuda::mlp_cuda_unsupported(g, recipe("nvfp4")).find("RMSNorm") != std::string::npos);
   s.widths = {64, 120, 32};
   CHECK(cuda::mlp_cuda_unsupported(s, recipe("nvfp4")).find("120") != std::string::npos);
   CHECK_THROWS_AS(cuda::MlpCudaTrainer(s, recipe("nvfp4"), init_state<float>(s)), std::invalid_argument);

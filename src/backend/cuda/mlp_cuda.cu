@@ -253,6 +253,9 @@ const float kOne = 1.0f;
 
 std::string mlp_cuda_unsupported(const MlpSpec& spec, const RecipeGemmOptions& opt) {
   validate(spec);
+  if (spec.activation == Activation::Swiglu) return "the swiglu activation runs on the CPU path only (so far)";
+  if (spec.norm != Norm::None) return "RMSNorm runs on the CPU path only (so far)";
+  if (spec.residual) return "residual connections run on the CPU path only (so far)";
   if (spec.batch % 16 != 0) return "batch " + std::to_string(spec.batch) + " is not a multiple of 16";
   for (std::size_t i = 0; i < spec.widths.size(); ++i)
     if (spec.widths[i] % 16 != 0) return "width " + std::to_string(spec.widths[i]) + " is not a multiple of 16";

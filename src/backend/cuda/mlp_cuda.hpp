@@ -25,7 +25,8 @@
 //          both GEMMs, as the spec says), or rowwise + columnwise 1x16 without 2D. Codes and
 //          block scales are decoded to BF16 without the global scale (exact), the GEMM is a
 //          BF16 GEMM and fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
-// Other recipes (fp8, mxfp4) and shapes that are not multiples of 16 are not resident:
+// Other recipes (fp8, mxfp4), shapes that are not multiples of 16 and the model options
+// swiglu, RMSNorm and residual connections are not resident (yet):
 // mlp_cuda_unsupported says why, and the runner falls back to host quantization + GPU GEMMs.
 #pragma once
 
