@@ -100,6 +100,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     cfg.require(!rht || m.batch % 16 == 0, "mlp.batch",
                 "recipe " + name + " applies RHT-16 along the batch in the Wgrad GEMM: the batch must be a multiple of 16");
   }
+  r.reference_enabled = cfg.get_bool("reference.enabled", r.reference_enabled);
   r.compare_every = cfg.get_int("reference.compare_every", r.compare_every);
   cfg.require(r.compare_every >= 1, "reference.compare_every", "must be >= 1");
   r.probe_draws = cfg.get_int("reference.probe_draws", r.probe_draws);
@@ -121,6 +122,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     }
     cfg.require(significand_bits(*r.check_precision) > significand_bits(r.reference_precision),
                 "reference.check_precision", "must be wider than reference.precision (" + precision + ")");
+    cfg.require(r.reference_enabled, "reference.check_precision", "needs the reference (reference.enabled = true)");
   }
   r.trace_every = cfg.get_int("trace.every", r.trace_every);
   cfg.require(r.trace_every >= 1, "trace.every", "must be >= 1");
@@ -335,6 +337,7 @@ Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   m.set_attr("compare_every", spec.compare_every);
   m.set_attr("trace_every", spec.trace_every);
   m.set_attr("reference_precision", to_string(spec.reference_precision));
+  m.set_attr("reference_enabled", std::int64_t{spec.reference_enabled ? 1 : 0});
   m.set_attr("check_precision", spec.check_precision ? to_string(*spec.check_precision) : std::string("none"));
   m.set_attr("activation", to_string(spec.model.activation));
   m.set_attr("norm", to_string(spec.model.norm));
@@ -480,6 +483,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     const auto is_compare = [&](std::int64_t s) { return (s + 1) % spec.compare_every == 0 || s + 1 == spec.steps; };
     const auto is_flush = [&](std::int64_t s) { return (s + 1) % spec.flush_every == 0 || s + 1 == spec.steps; };
     std::thread reference([&] {
+      if (!spec.reference_enabled) return;
       try {
         for (std::int64_t s = start; s < spec.steps; ++s) {
           {
@@ -552,12 +556,14 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       while (!pending.empty()) {
         Record& rec = pending.front();
         if (feed.error) std::rethrow_exception(feed.error);
-        if (feed.done <= rec.step) {
+        if (spec.reference_enabled && feed.done <= rec.step) {
           if (!wait || rec.step > upto) return;
           feed.cv.wait(lk, [&] { return feed.done > rec.step || feed.error; });
           continue;
         }
-        const double ref_loss = feed.loss.at(rec.step);
+        // Without a reference: NaN losses (so NaN gaps), no compares, the initial reference
+        // state in the checkpoint.
+        const double ref_loss = spec.reference_enabled ? feed.loss.at(rec.step) : std::nan("");
         feed.loss.erase(rec.step);
         std::optional<Weights> ref_w;
         if (rec.weights) {
@@ -571,8 +577,12 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         }
         std::optional<MlpState<Ref>> ref_ck;
         if (rec.checkpoint) {
-          ref_ck = std::move(feed.checkpoints.at(rec.step));
-          feed.checkpoints.erase(rec.step);
+          if (spec.reference_enabled) {
+            ref_ck = std::move(feed.checkpoints.at(rec.step));
+            feed.checkpoints.erase(rec.step);
+          } else {
+            ref_ck = ref;
+          }
         }
         lk.unlock();
         if (rec.step % spec.trace_every == 0 || rec.step + 1 == spec.steps) {
@@ -643,7 +653,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         rec.lost.push_back(st.lost_update_fraction);
         rec.ops.push_back(std::move(ops));
       }
-      const bool compare = is_compare(s), flush = is_flush(s);
+      const bool compare = spec.reference_enabled && is_compare(s), flush = is_flush(s);
       std::vector<MlpState<float>> states;
       if (compare || flush)
         for (std::size_t r = 0; r < R; ++r) states.push_back(trainers[r]->state());
@@ -679,7 +689,8 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       g.set_attr("weight_error_growth_exponent", growth_exponent(compared_steps, last));
       g.set_attr("first_nonfinite_step", first_nonfinite(trace.runs[r].loss.read<double>()));
     }
-    root.open_group("mlp/reference").set_attr("first_nonfinite_step", first_nonfinite(trace.ref_loss.read<double>()));
+    root.open_group("mlp/reference")
+        .set_attr("first_nonfinite_step", spec.reference_enabled ? first_nonfinite(trace.ref_loss.read<double>()) : std::int64_t{-1});
     root.set_attr("status", std::string("complete"));
     trace.file.flush();
     return MlpRunOutcome::Complete;

@@ -6,7 +6,8 @@
 //   [mlp]        model, data and optimizer (sim/mlp.hpp's MlpSpec; keys named as its fields)
 //   steps = 500
 //   [recipes]    names = ["nvfp4", "bf16"]; high_precision_layers = [0, 3]; edge_recipe = "bf16"
-//   [reference]  compare_every = 10   (weights compared every k steps; losses every record)
+//   [reference]  enabled = true       (false: no reference run, no compares; losses only)
+//                compare_every = 10   (weights compared every k steps; losses every record)
 //                queue = 64           (records the low-precision runs may be ahead of the reference)
 //                probe_draws = 4      (SR draws of the local-error probe, recipes with SR only)
 //                precision = "double" (the reference's scalar: double | binary128 | mp256,
@@ -52,6 +53,9 @@ struct MlpRunSpec {
   std::int64_t probe_draws = 4;  // SR draws of the local-error probe's quantized gradient
   MlpPrecision reference_precision = MlpPrecision::Double;
   std::optional<MlpPrecision> check_precision;  // wider than reference_precision
+  // [reference] enabled = false: no reference trajectory (losses, operand statistics and lost
+  // updates only; no weight compares, no probe): the fast mode for long device runs.
+  bool reference_enabled = true;
   std::int64_t trace_every = 1, flush_every = 100;
 };
 // Reads [mlp], [recipes], [reference], [trace] (every key checked); steps > 0 overrides.

@@ -391,6 +391,27 @@ TEST_CASE("run mlp: a complete trace with every record, the fp32 run next to the
   CHECK(nmse[6] > 1e-3);        // layer 1, fprop X: NVFP4
 }
 
+TEST_CASE("run mlp: reference off - the same low-precision losses, no reference, no compares") {
+  TempDir d;
+  const std::string on = d.file("on.h5"), off = d.file("off.h5");
+  REQUIRE(run("run " + write_text(d, "on.toml", kTinyMlp) + " --out " + on).status == 0);
+  std::string cfg = kTinyMlp;  // [reference] enabled = false
+  cfg.insert(cfg.find("compare_every"), "enabled = false\n");
+  const Result r = run("run " + write_text(d, "off.toml", cfg) + " --out " + off + " --json");
+  REQUIRE(r.status == 0);
+  INFO(r.err);
+  fp4d::h5::File a = fp4d::h5::File::open_read(on), b = fp4d::h5::File::open_read(off);
+  CHECK(b.root().get_attr_string("status") == "complete");
+  // The low-precision runs never read the reference: bit-identical losses and operand stats.
+  for (const char* ds : {"mlp/runs/fp32/loss", "mlp/runs/nvfp4/loss", "mlp/runs/nvfp4/operand_nmse"})
+    CHECK(a.root().read<double>(ds) == b.root().read<double>(ds));
+  CHECK(b.root().read<std::int64_t>("mlp/compare_step").empty());
+  for (const double v : b.root().read<double>("mlp/reference/loss")) CHECK(std::isnan(v));
+  for (const double v : b.root().read<double>("mlp/runs/nvfp4/rel_loss_gap")) CHECK(std::isnan(v));
+  CHECK(b.root().open_group("mlp/reference").get_attr_int64("first_nonfinite_step") == -1);
+  CHECK(r.out.find("\"final_last_layer_weight_rel_error\":null") != std::string::npos);
+}
+
 TEST_CASE("run mlp: output rules and config errors") {
   TempDir d;
   const std::string cfg = write_text(d, "m.toml", kTinyMlp), out = d.file("m.h5");
@@ -411,6 +432,7 @@ TEST_CASE("run mlp: output rules and config errors") {
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"float80\"\n", "unknown reference precision 'float80'"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nprecision = \"mp256\"\ncheck_precision = \"binary128\"\n", "must be wider than reference.precision"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\ncheck_precision = \"quad\"\n", "reference.check_precision"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\n[reference]\nenabled = false\ncheck_precision = \"binary128\"\n", "needs the reference"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nactivation = \"swish\"\n", "mlp.activation"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm = \"layernorm\"\n", "mlp.norm"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm_eps = 0\n", "norm_eps"},
