@@ -227,15 +227,16 @@ def test_load_dispatch_refuses_unknown_schemas(trace: Path, tmp_path: Path) -> N
     bad = tmp_path / "other.h5"
     bad.write_bytes(trace.read_bytes())
     with h5py.File(bad, "r+") as f:
-        f.attrs["schema"] = "fp4drift.sweep"
-    with pytest.raises(SchemaError, match="unknown schema 'fp4drift.sweep'"):
+        f.attrs["schema"] = "fp4drift.future"
+    with pytest.raises(SchemaError, match="unknown schema 'fp4drift.future'"):
         load(str(bad))
-    # a new schema plugs in without editing traces.py (how sweep.py adds its loader)
-    register_loader("fp4drift.sweep", {1}, lambda path, allow_incomplete=False: "sweep")
+    # a new schema plugs in without editing traces.py (as sweep.py adds its loader)
+    assert "fp4drift.sweep" in LOADERS
+    register_loader("fp4drift.future", {1}, lambda path, allow_incomplete=False: "future")
     try:
-        assert load(str(bad)) == "sweep"
+        assert load(str(bad)) == "future"
     finally:
-        del LOADERS["fp4drift.sweep"]
+        del LOADERS["fp4drift.future"]
 
 
 def test_plot_refuses_other_suffixes(trace: Path, tmp_path: Path) -> None:
