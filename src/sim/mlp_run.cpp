@@ -265,6 +265,34 @@ void local_error(const MlpSpec& model, const std::vector<std::vector<float>>& w,
   }
 }
 
+// Rows reach the trace file only at flush points: between flushes the file is not touched, so
+// a process killed outright (SIGKILL, a lost node) leaves it exactly as at its last flush -
+// readable, and resumable from its checkpoint. (An HDF5 1.10 file being written is not
+// crash-safe: appending record by record, a kill mid-way left chunks that failed to inflate.)
+class StagedRows {
+ public:
+  template <class T>
+  void add(h5::Appendable<T>& ds, const std::vector<T>& row) {
+    auto& v = buffer<T>()[&ds];
+    v.insert(v.end(), row.begin(), row.end());
+  }
+  void commit() {
+    for (auto& [ds, v] : d_)
+      if (!v.empty()) ds->append(v), v.clear();
+    for (auto& [ds, v] : i_)
+      if (!v.empty()) ds->append(v), v.clear();
+  }
+
+ private:
+  template <class T>
+  std::map<h5::Appendable<T>*, std::vector<T>>& buffer() {
+    if constexpr (std::is_same_v<T, double>) return d_;
+    else return i_;
+  }
+  std::map<h5::Appendable<double>*, std::vector<double>> d_;
+  std::map<h5::Appendable<std::int64_t>*, std::vector<std::int64_t>> i_;
+};
+
 // The trace's datasets.
 struct Trace {
   h5::File file;
@@ -550,7 +578,9 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
     std::vector<std::int64_t> compared_steps = trace.compare_step.rows() ? trace.compare_step.read<std::int64_t>() : std::vector<std::int64_t>{};
-    // Writes the records the reference has caught up with; with wait, blocks until `upto`.
+    StagedRows staged;
+    // Stages the records the reference has caught up with (written at the next checkpoint);
+    // with wait, blocks until `upto`.
     const auto drain = [&](bool wait, std::int64_t upto) {
       std::unique_lock<std::mutex> lk(feed.mu);
       while (!pending.empty()) {
@@ -586,40 +616,41 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         }
         lk.unlock();
         if (rec.step % spec.trace_every == 0 || rec.step + 1 == spec.steps) {
-          trace.step.append(std::vector<std::int64_t>{rec.step});
-          trace.ref_loss.append(std::vector<double>{ref_loss});
+          staged.add(trace.step, std::vector<std::int64_t>{rec.step});
+          staged.add(trace.ref_loss, std::vector<double>{ref_loss});
           for (std::size_t r = 0; r < R; ++r) {
             Trace::Run& t = trace.runs[r];
-            t.loss.append(std::vector<double>{rec.loss[r]});
-            t.gap.append(std::vector<double>{ref_loss != 0 ? (rec.loss[r] - ref_loss) / ref_loss : 0.0});
-            t.lost.append(rec.lost[r]);
+            staged.add(t.loss, std::vector<double>{rec.loss[r]});
+            staged.add(t.gap, std::vector<double>{ref_loss != 0 ? (rec.loss[r] - ref_loss) / ref_loss : 0.0});
+            staged.add(t.lost, rec.lost[r]);
             std::vector<double> nmse, clip, under, zero;
             for (const OperandRecord& o : rec.ops[r]) {
               nmse.push_back(o.nmse), clip.push_back(o.clipped_fraction), under.push_back(o.underflow_fraction);
               zero.push_back(o.zero_scale_fraction);
             }
-            t.nmse.append(nmse), t.clipped.append(clip), t.underflow.append(under), t.zero_scales.append(zero);
+            staged.add(t.nmse, nmse), staged.add(t.clipped, clip), staged.add(t.underflow, under), staged.add(t.zero_scales, zero);
           }
           ++records;
         }
         if (rec.weights) {
-          trace.compare_step.append(std::vector<std::int64_t>{rec.step + 1});
+          staged.add(trace.compare_step, std::vector<std::int64_t>{rec.step + 1});
           compared_steps.push_back(rec.step + 1);
           for (std::size_t r = 0; r < R; ++r) {
             std::vector<double> e(static_cast<std::size_t>(L));
             for (int l = 0; l < L; ++l) e[static_cast<std::size_t>(l)] = rel_error((*rec.weights)[r][static_cast<std::size_t>(l)], (*ref_w)[static_cast<std::size_t>(l)]);
-            trace.runs[r].weight_error.append(e);
-            trace.runs[r].grad_cosine.append((*rec.grad_cosine)[r]);
-            trace.runs[r].grad_error.append((*rec.grad_error)[r]);
-            trace.runs[r].grad_bias.append((*rec.grad_bias)[r]);
+            staged.add(trace.runs[r].weight_error, e);
+            staged.add(trace.runs[r].grad_cosine, (*rec.grad_cosine)[r]);
+            staged.add(trace.runs[r].grad_error, (*rec.grad_error)[r]);
+            staged.add(trace.runs[r].grad_bias, (*rec.grad_bias)[r]);
           }
           if (ref_check) {
-            trace.check_weight.append(ref_check->weight_rel_error);
-            trace.check_loss.append(std::vector<double>{ref_check->loss_rel_error});
+            staged.add(trace.check_weight, ref_check->weight_rel_error);
+            staged.add(trace.check_loss, std::vector<double>{ref_check->loss_rel_error});
           }
           ++compares;
         }
         if (rec.checkpoint) {
+          staged.commit();
           h5::Group ck = root.open_group("mlp/checkpoint");
           write_mlp_state(ck, "reference", *ref_ck, false);
           for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), (*rec.checkpoint)[r], false);
@@ -637,6 +668,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     for (std::int64_t s = start; s < spec.steps; ++s) {
       if (ctl.stop && ctl.stop->load()) {
         drain(false, s);
+        staged.commit();  // every record up to the stop (a resume drops those after the checkpoint)
         root.set_attr("status", std::string("interrupted"));
         trace.file.flush();
         return MlpRunOutcome::Interrupted;
@@ -673,6 +705,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       drain(pending.size() > static_cast<std::size_t>(spec.queue), s - spec.queue);
     }
     drain(true, spec.steps);
+    staged.commit();
     // Divergence: the first recorded step whose loss is not finite (-1: none).
     const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
     const auto first_nonfinite = [&](const std::vector<double>& loss) {

@@ -180,6 +180,36 @@ def test_mlp_interrupted_by_sigint_resumes_bit_exactly(tmp_path: Path) -> None:
         assert differ == [], differ
 
 
+def test_mlp_killed_outright_resumes_bit_exactly(tmp_path: Path) -> None:
+    """SIGKILL (no handler runs): the file must be as at its last flush - readable, status still
+    'running', and --resume continues to the same bits as an uninterrupted run."""
+    import signal
+
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(MLP_CONFIG.format(steps=3000))
+    whole, cut = tmp_path / "whole.h5", tmp_path / "cut.h5"
+    subprocess.run([EXE, "run", str(cfg), "--steps", "1200", "--out", str(whole)], check=True, capture_output=True)
+    p = subprocess.Popen([EXE, "run", str(cfg), "--steps", "1200", "--out", str(cut)], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True)
+    for _ in range(2):  # the second progress line: past at least one checkpoint (every 50 steps)
+        line = p.stderr.readline()
+        assert line.startswith("progress:"), line
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    with h5py.File(cut, "r") as f:
+        assert f.attrs["status"] == "running"
+        ck = int(f["mlp/checkpoint"].attrs["step"])
+        assert 0 < ck < 1200 and f["mlp/step"].shape[0] == int(f["mlp/checkpoint"].attrs["records"])
+        f["mlp/runs/nvfp4/operand_nmse"][()]  # every chunk inflates
+    subprocess.run([EXE, "run", str(cfg), "--steps", "1200", "--out", str(cut), "--resume"], check=True,
+                   capture_output=True)
+    with h5py.File(whole, "r") as a, h5py.File(cut, "r") as b:
+        assert b.attrs["status"] == "complete" and int(b.attrs["resumed_at_step"]) == ck
+        names = sorted(_walk(a))
+        differ = [n for n in names if not np.array_equal(a[n][()], b[n][()], equal_nan=True)]
+        assert differ == [], differ
+
+
 def test_plot_run_of_an_mlp_trace(tmp_path: Path) -> None:
     cfg = tmp_path / "m.toml"
     cfg.write_text(MLP_CONFIG.format(steps=60))
