@@ -149,41 +149,56 @@ void gemm_kn_simd(const T* __restrict a, const T* __restrict b, T* __restrict c,
   // Register blocking: a tile of IB rows x NV vectors of C stays in accumulators while p runs
   // (element-wise operations, so each lane is exactly the scalar recurrence). Edges use the
   // plain loop with the same per-element order.
+  // Cache blocking over k: p runs in blocks of KC, every tile of C stored after a block and
+  // reloaded for the next, so the block of B (KC x n) is reused from L2 by every row block
+  // instead of streaming all of B per row block. Each element still sees c = 0, then the
+  // steps p = 0, 1, ..., k-1 in ascending order: the result is bit-identical to the unblocked
+  // loop.
   using V = typename Vec32<T>::type;
   using Op = MulAdd<T>;
   constexpr std::int64_t VL = 32 / static_cast<std::int64_t>(sizeof(T));
-  constexpr std::int64_t IB = Op::kRows, NV = 2, JB = NV * VL;
+  constexpr std::int64_t IB = Op::kRows, NV = 2, JB = NV * VL, KC = 128;
+  // Threads split the row blocks; the same static split for every k-block gives each thread
+  // the same rows of C every time, so the k-blocks need no barrier between them (nowait).
   const std::int64_t row_blocks = (m + IB - 1) / IB;
-#pragma omp parallel for schedule(static) if (m * k * n > (1 << 18))
-  for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
-    const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
-    for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
-      const std::int64_t nj = std::min(JB, n - j0);
-      if (ni == IB && nj == JB) {
-        V acc[IB][NV];
-        for (std::int64_t ii = 0; ii < IB; ++ii)
-          for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = V{};
-        for (std::int64_t p = 0; p < k; ++p) {
-          const V* bv = reinterpret_cast<const V*>(b + p * n + j0);
-          for (std::int64_t ii = 0; ii < IB; ++ii) {
-            const T av = a[(i0 + ii) * k + p];
-            for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = Op::step(acc[ii][v], av, bv[v]);
+#pragma omp parallel if (m * k * n > (1 << 18))
+  for (std::int64_t p0 = 0; p0 < k || p0 == 0; p0 += KC) {
+    const std::int64_t p1 = std::min(k, p0 + KC);
+    const bool first = p0 == 0;
+#pragma omp for schedule(static) nowait
+    for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
+      const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
+      for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
+        const std::int64_t nj = std::min(JB, n - j0);
+        if (ni == IB && nj == JB) {
+          V acc[IB][NV];
+          for (std::int64_t ii = 0; ii < IB; ++ii)
+            for (std::int64_t v = 0; v < NV; ++v)
+              acc[ii][v] = first ? V{} : reinterpret_cast<const V*>(c + (i0 + ii) * n + j0)[v];
+          for (std::int64_t p = p0; p < p1; ++p) {
+            const V* bv = reinterpret_cast<const V*>(b + p * n + j0);
+            for (std::int64_t ii = 0; ii < IB; ++ii) {
+              const T av = a[(i0 + ii) * k + p];
+              for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = Op::step(acc[ii][v], av, bv[v]);
+            }
           }
-        }
-        for (std::int64_t ii = 0; ii < IB; ++ii)
-          for (std::int64_t v = 0; v < NV; ++v) reinterpret_cast<V*>(c + (i0 + ii) * n + j0)[v] = acc[ii][v];
-      } else {
-        for (std::int64_t i = i0; i < i0 + ni; ++i) {
-          T* __restrict ci = c + i * n + j0;
-          for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = T(0);
-          for (std::int64_t p = 0; p < k; ++p) {
-            const T aip = a[i * k + p];
-            const T* __restrict bp = b + p * n + j0;
-            for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = Op::step(ci[jj], aip, bp[jj]);
+          for (std::int64_t ii = 0; ii < IB; ++ii)
+            for (std::int64_t v = 0; v < NV; ++v) reinterpret_cast<V*>(c + (i0 + ii) * n + j0)[v] = acc[ii][v];
+        } else {
+          for (std::int64_t i = i0; i < i0 + ni; ++i) {
+            T* __restrict ci = c + i * n + j0;
+            if (first)
+              for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = T(0);
+            for (std::int64_t p = p0; p < p1; ++p) {
+              const T aip = a[i * k + p];
+              const T* __restrict bp = b + p * n + j0;
+              for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = Op::step(ci[jj], aip, bp[jj]);
+            }
           }
         }
       }
     }
+    if (k == 0) break;
   }
 }
 
@@ -618,16 +633,28 @@ Batch make_batch(const MlpSpec& s, std::int64_t step) {
   b.t = Matrix(M, out);
 #pragma omp parallel for schedule(static) if (M * tw * (in + out) > (1 << 18))
   for (std::int64_t r = 0; r < M; ++r) {
+    // Each sum ascending in its own accumulator; 8 outputs at a time so that 8 independent
+    // chains are in flight instead of one latency-bound chain (the same values).
+    constexpr std::int64_t U = 8;
     std::vector<double> hid(static_cast<std::size_t>(tw));
-    for (std::int64_t j = 0; j < tw; ++j) {
-      double acc = 0.0;
-      for (std::int64_t k = 0; k < in; ++k) acc += static_cast<double>(b.x(r, k)) * static_cast<double>(teacher->w1(j, k));
-      hid[static_cast<std::size_t>(j)] = acc > 0.0 ? acc : 0.0;
+    const float* xr = b.x.data.data() + r * in;
+    for (std::int64_t j0 = 0; j0 < tw; j0 += U) {
+      const std::int64_t nj = std::min(U, tw - j0);
+      double acc[U] = {};
+      for (std::int64_t k = 0; k < in; ++k) {
+        const auto xk = static_cast<double>(xr[k]);
+        for (std::int64_t jj = 0; jj < nj; ++jj) acc[jj] += xk * static_cast<double>(teacher->w1(j0 + jj, k));
+      }
+      for (std::int64_t jj = 0; jj < nj; ++jj) hid[static_cast<std::size_t>(j0 + jj)] = acc[jj] > 0.0 ? acc[jj] : 0.0;
     }
-    for (std::int64_t o = 0; o < out; ++o) {
-      double acc = 0.0;
-      for (std::int64_t j = 0; j < tw; ++j) acc += hid[static_cast<std::size_t>(j)] * static_cast<double>(teacher->w2(o, j));
-      b.t(r, o) = static_cast<float>(acc);
+    for (std::int64_t o0 = 0; o0 < out; o0 += U) {
+      const std::int64_t no = std::min(U, out - o0);
+      double acc[U] = {};
+      for (std::int64_t j = 0; j < tw; ++j) {
+        const double hj = hid[static_cast<std::size_t>(j)];
+        for (std::int64_t oo = 0; oo < no; ++oo) acc[oo] += hj * static_cast<double>(teacher->w2(o0 + oo, j));
+      }
+      for (std::int64_t oo = 0; oo < no; ++oo) b.t(r, o0 + oo) = static_cast<float>(acc[oo]);
     }
   }
   return b;

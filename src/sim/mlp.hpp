@@ -150,7 +150,9 @@ MlpState<T> init_state(const MlpSpec& s);   // the float32 initial weights (as T
 
 // One training step on make_batch(s, state.step): forward, backward, optimizer update,
 // state.step + 1. gemm: the low-precision product (T = float only); nullptr = the plain GEMM
-// in T (loops in a fixed order, ascending k, accumulation in T) - the reference for
+// in T (every element c = 0, then c = c + a_p b_p for p = 0, 1, ..., k-1 in that order,
+// accumulated in T - fused for double on FMA hardware; the kernel's register tiles and
+// k-blocks never reorder a sum, so the result is independent of threads) - the reference for
 // T = double and the wider T of sim/mlp_precision.hpp, where a GemmFn is refused
 // (std::invalid_argument). The loss is accumulated in the wider of T and double.
 template <class T>

@@ -273,9 +273,15 @@ TEST_CASE("mlp: swiglu, rmsnorm and residual backward passes match central finit
 //    orientation of each role (c = 0; c += a b in ascending reduction index) reproduces the
 //    built-in float path bit for bit, and is called with the right roles, layers, steps and
 //    operand shapes, in the order fprop 0..L-1, then (wgrad l, dgrad l) for l = L-1..1, wgrad 0.
+//    The second shape has reductions longer than the kernel's k-block (128: fprop 300 and
+//    136, wgrad 160), so the blocked kernel's store-and-reload between k-blocks is covered:
+//    it must not change any element's order.
 TEST_CASE("mlp: a plain float32 GemmFn reproduces the built-in float path bit for bit", "[mlp]") {
+  for (const bool long_k : {false, true})
   for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW}) {
     MlpSpec s = small_spec();
+    if (long_k) s.widths = {16, 300, 136, 8}, s.batch = 160;
+    INFO("widths[1] " << s.widths[1] << " batch " << s.batch);
     s.optimizer = opt;
     s.lr = opt == Optimizer::Sgd ? 0.05 : 1e-3;
     s.weight_decay = 0.01;
