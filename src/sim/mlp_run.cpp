@@ -738,9 +738,11 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
 }
 
 MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
-  // swiglu, rmsnorm and residual connections exist on the CPU path only so far.
+  // swiglu, rmsnorm and residual connections exist in the CPU training step only: another
+  // backend must bring a trainer factory that knows what to do with them (the CUDA one runs
+  // them with host quantization and its GEMMs); without one they are refused.
   const MlpSpec& model = spec.model;
-  if (ctl.backend != "cpu" &&
+  if (ctl.backend != "cpu" && !ctl.trainer &&
       (model.activation == Activation::Swiglu || model.norm != Norm::None || model.residual))
     throw std::invalid_argument("mlp: activation = \"swiglu\", norm = \"rmsnorm\" and residual = true run on "
                                 "--backend cpu only (the " + ctl.backend + " backend's training step does not have them yet)");

@@ -748,6 +748,30 @@ TEST_CASE("mlp: swiglu, rmsnorm and residual are refused on a non-CPU backend", 
   }
 }
 
+// A backend's trainer factory makes every low-precision run (and may take the CPU-only
+// features: the CUDA factory falls back to host quantization with its GEMMs).
+TEST_CASE("mlp: run_mlp makes its runs with the backend's trainer factory", "[mlp]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "fp4d_mlp_factory.h5").string();
+  std::filesystem::remove(path);
+  MlpRunSpec spec;
+  spec.model.widths = {16, 32, 32, 8};
+  spec.model.batch = 16;
+  spec.model.activation = Activation::Swiglu;
+  spec.steps = 3;
+  spec.recipes = {"fp32", "nvfp4"};
+  MlpRunControl ctl;
+  ctl.path = path;
+  ctl.backend = "cuda";
+  std::vector<std::string> made;
+  ctl.trainer = [&](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
+    made.push_back(o.recipe);
+    return make_cpu_trainer(m, o, st);
+  };
+  CHECK(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
+  CHECK(made == std::vector<std::string>{"fp32", "nvfp4"});
+  std::filesystem::remove(path);
+}
+
 // Timing of one float32 train_step of the default model on one thread (not run by ctest).
 TEST_CASE("mlp: train_step timing", "[mlp][.bench]") {
   MlpSpec s;  // {64, 256, 256, 16}, batch 64
