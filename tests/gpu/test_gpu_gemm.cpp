@@ -27,14 +27,19 @@ namespace {
 // Values on a grid g_i (one of `grid`, by a fixed hash), with `big` at the first element of every
 // 32-element row segment so that each block (1x16, 16x16, 1x32) reaches the same amax and gets
 // the same scale.
+// A fixed hash of (r, c, seed): the operands' pseudo-random choices.
+std::uint32_t cell_hash(std::int64_t r, std::int64_t c, std::uint32_t seed) {
+  std::uint32_t h = static_cast<std::uint32_t>(r * 7919 + c) * 2654435761u ^ seed;
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  return h ^ (h >> 15);
+}
+
 Matrix grid_matrix(std::int64_t rows, std::int64_t cols, const std::vector<float>& grid, float big, std::uint32_t seed) {
   Matrix m(rows, cols);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      std::uint32_t h = static_cast<std::uint32_t>(r * 7919 + c) * 2654435761u ^ seed;
-      h ^= h >> 13;
-      h *= 0x5bd1e995u;
-      h ^= h >> 15;
+      const std::uint32_t h = cell_hash(r, c, seed);
       const float v = grid[h % grid.size()];
       m(r, c) = c % 16 == 0 ? ((h >> 8) & 1 ? -big : big) : ((h >> 9) & 1 ? -v : v);
     }
@@ -122,10 +127,7 @@ TEST_CASE("GPU blocked FP8 GEMM applies every block's own scale") {
     Matrix m(rows, cols);
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t c = 0; c < cols; ++c) {
-        std::uint32_t h = static_cast<std::uint32_t>(r * 7919 + c) * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
+        const std::uint32_t h = cell_hash(r, c, seed);
         const int j = static_cast<int>(((r / br) * 3 + (c / 128) * 5) % 7);
         const float v = std::ldexp(static_cast<float>(h % 14), j);
         m(r, c) = c % 16 == 0 ? std::ldexp(14.0f, j) : ((h >> 9) & 1 ? -v : v);

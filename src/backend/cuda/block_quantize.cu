@@ -138,34 +138,19 @@ __global__ void __launch_bounds__(kThreads)
   if ((threadIdx.x & 31u) == 0 && n) atomicAdd(clipped, static_cast<unsigned long long>(n));
 }
 
-// cast_quantize_cpu's BF16 branch, per element.
+// cast_quantize_cpu, per element: BF16 (format/bf16.hpp) or FP16 (format/fp16.hpp), the
+// conversions the CPU backend uses.
+template <bool kBf16>
 __global__ void __launch_bounds__(kThreads)
-    bf16_cast_kernel(const float* __restrict__ x, std::int64_t n, std::uint16_t* codes16, float* dequantized,
-                     unsigned long long* clipped) {
+    cast_kernel(const float* __restrict__ x, std::int64_t n, std::uint16_t* codes16, float* dequantized,
+                unsigned long long* clipped) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   bool clip = false;
   if (i < n) {
     const float v = x[i];
-    const std::uint16_t b = bf16_rne_bits(v);
+    const std::uint16_t b = kBf16 ? bf16_rne_bits(v) : fp16_rne_bits(v);
     codes16[i] = b;
-    const float d = bf16_to_float(b);
-    dequantized[i] = d;
-    clip = is_finite_f32(v) && !is_finite_f32(d) && !is_nan_f32(d);  // overflow to infinity
-  }
-  count_clipped(clip, clipped);
-}
-
-// cast_quantize_cpu's FP16 branch, per element (format/fp16.hpp, shared).
-__global__ void __launch_bounds__(kThreads)
-    fp16_cast_kernel(const float* __restrict__ x, std::int64_t n, std::uint16_t* codes16, float* dequantized,
-                     unsigned long long* clipped) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  bool clip = false;
-  if (i < n) {
-    const float v = x[i];
-    const std::uint16_t b = fp16_rne_bits(v);
-    codes16[i] = b;
-    const float d = fp16_to_float(b);
+    const float d = kBf16 ? bf16_to_float(b) : fp16_to_float(b);
     dequantized[i] = d;
     clip = is_finite_f32(v) && !is_finite_f32(d) && !is_nan_f32(d);  // overflow to infinity
   }
@@ -269,9 +254,9 @@ void cast_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor&
   DeviceBuffer<std::uint16_t> c16(n, "cudaMalloc (codes16)");
   DeviceBuffer<unsigned long long> clipped(1, "cudaMalloc (clipped)");
   dx.upload(x.data.data());
-  if (n && bf16) bf16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
-  if (n && !bf16) fp16_cast_kernel<<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
-  check(cudaGetLastError(), bf16 ? "bf16_cast_kernel launch" : "fp16_cast_kernel launch");
+  if (n && bf16) cast_kernel<true><<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
+  if (n && !bf16) cast_kernel<false><<<blocks_for(x.size()), kThreads>>>(dx.p, x.size(), c16.p, deq.p, clipped.p);
+  check(cudaGetLastError(), "cast_kernel launch");
   if (n) c16.download(out.codes16.data()), deq.download(out.dequantized.data.data());
   unsigned long long c = 0;
   clipped.download(&c);
