@@ -27,7 +27,7 @@ int run_sweep(const SweepArgs& a, const std::string& command_line) {
   sweep::Sweep s = sweep::load_sweep(a.sweep);
   if (!a.backend.empty()) s.backend = a.backend;
   if (s.backend != "cpu" && s.backend != "cuda") throw UsageError("--backend must be cpu or cuda");
-  if (a.workers < 0) throw UsageError("--workers must be at least 1");
+  if (a.workers < 0 || a.workers > 4096) throw UsageError("--workers must be in [1, 4096]");
   if (a.workers > 0) s.workers = a.workers;
   const std::string out = a.out.empty() ? s.out : a.out;
   if (a.dry_run) {

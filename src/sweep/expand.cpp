@@ -101,7 +101,7 @@ Sweep expand_sweep(const std::string& sweep_text, const std::string& sweep_sourc
   Config::parse(base_text, base_source);  // the base must parse on its own
   s.out = cfg.get_string("out", "");
   s.workers = cfg.get_int("workers", 1);
-  cfg.require(s.workers >= 1, "workers", "must be at least 1");
+  cfg.require(s.workers >= 1 && s.workers <= 4096, "workers", "must be in [1, 4096]");
   s.backend = cfg.get_string("backend", "cpu");
   cfg.require(s.backend == "cpu" || s.backend == "cuda", "backend", "must be cpu or cuda");
   cfg.mark_known("base");

@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "trace/h5.hpp"
@@ -91,7 +92,7 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
     exit_code.push_back(records[i].exit_code);
     attempts.push_back(records[i].attempts);
     rank.push_back(records[i].rank);
-    wall.push_back(records[i].wall_s);
+    wall.push_back(records[i].wall_s < 0 ? NAN : records[i].wall_s);  // -1 in a record: unknown
     ref_loss.push_back(metrics[i].reference_final_loss);
     rms.push_back(metrics[i].final_rms_error);
     mean.push_back(metrics[i].final_mean_error);

@@ -67,104 +67,112 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
   MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
 
-  ExecOptions o;
-  o.outdir = outdir;
-  o.backend = s.backend;
-  o.slots = slots;
-  o.slot_offset = local_rank * slots;
-  o.rank = rank;
-  o.omp_threads = default_omp_threads(slots * local_size);
-  if (s.backend == "cuda") o.devices = visible_gpus();
-  Executor ex(s, o);
-  install_stop_handlers();
+  // An error on any rank (a spawn, a log, the index, a record) must end the whole job: the
+  // other ranks would otherwise wait for messages that never come.
   bool stopped = false;
   int rc = 0;
+  try {
+    ExecOptions o;
+    o.outdir = outdir;
+    o.backend = s.backend;
+    o.slots = slots;
+    o.slot_offset = local_rank * slots;
+    o.rank = rank;
+    o.omp_threads = default_omp_threads(slots * local_size);
+    if (s.backend == "cuda") o.devices = visible_gpus();
+    Executor ex(s, o);
+    install_stop_handlers();
 
-  if (rank == 0) {
-    std::vector<int> todo;
-    Coordinator co(s, outdir, IndexInfo{"running", "mpi", size, command_line});
-    try {
-      lock_outdir(outdir);
-      todo = co.plan();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "fp4drift: error: %s\n", e.what());
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    std::size_t next = 0;
-    int remote_running = 0, retired = 0;
-    const int remote_slots = (size - 1) * slots;
-    for (;;) {
-      if (g_sweep_stop.load() && !stopped) {
-        stopped = true;
-        ex.stop_all();
+    if (rank == 0) {
+      std::vector<int> todo;
+      Coordinator co(s, outdir, IndexInfo{"running", "mpi", size, command_line});
+      try {
+        lock_outdir(outdir);
+        todo = co.plan();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "fp4drift: error: %s\n", e.what());
+        MPI_Abort(MPI_COMM_WORLD, 2);
       }
-      while (!stopped && next < todo.size() && ex.has_free_slot()) ex.launch(todo[next++]);
-      bool idle = true;
-      int flag = 0;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTagMsg, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-      if (flag) {
-        idle = false;
-        int from = 0;
-        const std::string m = recv_string(MPI_ANY_SOURCE, kTagMsg, &from);
-        if (m == "R") {
-          if (!stopped && next < todo.size()) {
-            send_run(from, todo[next++]);
-            ++remote_running;
-          } else {
-            send_run(from, -1);
-            ++retired;
-          }
-        } else {  // "D<index>\n<record>"
-          const std::size_t nl = m.find('\n');
-          const int run = std::atoi(m.substr(1, nl - 1).c_str());
-          --remote_running;
-          co.finished(run, parse_record(m.substr(nl + 1), "the record of run " + s.runs.at(run).id + " from rank " +
-                                                               std::to_string(from)));
+      std::size_t next = 0;
+      int remote_running = 0, retired = 0;
+      const int remote_slots = (size - 1) * slots;
+      for (;;) {
+        if (g_sweep_stop.load() && !stopped) {
+          stopped = true;
+          ex.stop_all();
         }
+        while (!stopped && next < todo.size() && ex.has_free_slot()) ex.launch(todo[next++]);
+        bool idle = true;
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, kTagMsg, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+          idle = false;
+          int from = 0;
+          const std::string m = recv_string(MPI_ANY_SOURCE, kTagMsg, &from);
+          if (m == "R") {
+            if (!stopped && next < todo.size()) {
+              send_run(from, todo[next++]);
+              ++remote_running;
+            } else {
+              send_run(from, -1);
+              ++retired;
+            }
+          } else {  // "D<index>\n<record>"
+            const std::size_t nl = m.find('\n');
+            const int run = std::atoi(m.substr(1, nl - 1).c_str());
+            --remote_running;
+            co.finished(run, parse_record(m.substr(nl + 1), "the record of run " + s.runs.at(run).id + " from rank " +
+                                                                 std::to_string(from)));
+          }
+        }
+        for (const auto& [run, rec] : ex.poll()) {
+          idle = false;
+          co.finished(run, rec);
+        }
+        co.tick(ex.running() + remote_running);
+        if (stopped && ex.running() == 0) break;  // remote ranks got the signal too (mpirun forwards it)
+        if ((next == todo.size()) && ex.running() == 0 && remote_running == 0 && retired == remote_slots) break;
+        if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
-      for (const auto& [run, rec] : ex.poll()) {
-        idle = false;
-        co.finished(run, rec);
+      rc = co.finish(stopped);
+    } else {
+      for (int k = 0; k < slots; ++k) send_string("R");
+      int retired = 0;
+      for (;;) {
+        if (g_sweep_stop.load() && !stopped) {
+          stopped = true;
+          ex.stop_all();
+        }
+        bool idle = true;
+        int flag = 0;
+        MPI_Iprobe(0, kTagRun, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+          idle = false;
+          int run = -1;
+          MPI_Recv(&run, 1, MPI_INT, 0, kTagRun, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          if (run < 0 || stopped) ++retired;
+          else ex.launch(run);
+        }
+        for (const auto& [run, rec] : ex.poll()) {
+          idle = false;
+          if (stopped) continue;  // rank 0 may be gone; the record is on disk for the next sweep
+          std::string msg = "D";  // (built in steps: GCC 12 warns falsely on "D" + std::string)
+          msg += std::to_string(run);
+          msg += '\n';
+          msg += record_text(rec);
+          send_string(msg);
+          send_string("R");
+        }
+        if (stopped && ex.running() == 0) break;
+        if (retired == slots && ex.running() == 0) break;
+        if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
-      co.tick(ex.running() + remote_running);
-      if (stopped && ex.running() == 0) break;  // remote ranks got the signal too (mpirun forwards it)
-      if ((next == todo.size()) && ex.running() == 0 && remote_running == 0 && retired == remote_slots) break;
-      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      rc = stopped ? 130 : 0;
     }
-    rc = co.finish(stopped);
-  } else {
-    for (int k = 0; k < slots; ++k) send_string("R");
-    int retired = 0;
-    for (;;) {
-      if (g_sweep_stop.load() && !stopped) {
-        stopped = true;
-        ex.stop_all();
-      }
-      bool idle = true;
-      int flag = 0;
-      MPI_Iprobe(0, kTagRun, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-      if (flag) {
-        idle = false;
-        int run = -1;
-        MPI_Recv(&run, 1, MPI_INT, 0, kTagRun, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        if (run < 0 || stopped) ++retired;
-        else ex.launch(run);
-      }
-      for (const auto& [run, rec] : ex.poll()) {
-        idle = false;
-        if (stopped) continue;  // rank 0 may be gone; the record is on disk for the next sweep
-        std::string msg = "D";  // (built in steps: GCC 12 warns falsely on "D" + std::string)
-        msg += std::to_string(run);
-        msg += '\n';
-        msg += record_text(rec);
-        send_string(msg);
-        send_string("R");
-      }
-      if (stopped && ex.running() == 0) break;
-      if (retired == slots && ex.running() == 0) break;
-      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    rc = stopped ? 130 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp4drift: error (rank %d): %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
   }
   if (stopped) {
     // An interrupted job: the other ranks may be gone already, so no collective call.

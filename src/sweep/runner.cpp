@@ -178,7 +178,10 @@ std::vector<std::pair<int, RunRecord>> Executor::poll() {
         const std::string ts = trace_status(p.trace);
         r.status = ts == "complete" ? "complete" : "failed";
         if (ts != "complete") r.error = "exit status 0 but the trace's status is '" + ts + "'";
-      } else if (r.exit_code == 130) {
+      } else if (r.exit_code == 130 && (stopping_ || g_sweep_stop.load())) {
+        // Stopped with the sweep (a terminal's Ctrl-C reaches the children first). A run that
+        // exits 130 on its own (someone stopped it alone) did not finish: failed, not silently
+        // "interrupted" in a sweep that reports success.
         r.status = "interrupted";
       } else {
         r.status = "failed";
@@ -188,7 +191,7 @@ std::vector<std::pair<int, RunRecord>> Executor::poll() {
     } else {
       const int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
       r.exit_code = 128 + sig;
-      if (stopping_ && (sig == SIGTERM || sig == SIGINT)) r.status = "interrupted";
+      if ((stopping_ || g_sweep_stop.load()) && (sig == SIGTERM || sig == SIGINT)) r.status = "interrupted";
       else {
         r.status = "failed";
         r.error = "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
@@ -197,7 +200,7 @@ std::vector<std::pair<int, RunRecord>> Executor::poll() {
     write_record(p.record, r);
     slot_busy_[c.slot] = false;
     const int run = c.run;
-    const bool retry = c.resume && r.status == "failed" && !stopping_;
+    const bool retry = c.resume && r.status == "failed" && !stopping_ && !g_sweep_stop.load();
     children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(k));
     if (retry) {  // a checkpoint that cannot be resumed: start the run again, now
       std::ofstream(p.log, std::ios::app) << "=== fp4drift sweep: the resume failed (" << r.error
@@ -243,10 +246,21 @@ std::vector<int> Coordinator::plan() {
         rec.status = "complete";
         rec.exit_code = 0;
         rec.error.clear();
-        if (rec.wall_s == 0) rec.wall_s = NAN;
+        if (rec.wall_s == 0) rec.wall_s = -1;  // unknown (NaN would not read back from TOML)
         write_record(p.record, rec);
       }
-      metrics_[r.index] = read_metrics(p.trace);
+      try {
+        metrics_[r.index] = read_metrics(p.trace);
+      } catch (const std::exception& e) {
+        // A trace marked complete that cannot be read (a disk error, a hand edit): set it aside
+        // and run again, rather than refusing every later restart.
+        const std::string aside = p.trace + ".unreadable";
+        fs::rename(p.trace, aside);
+        std::fprintf(stderr, "fp4drift sweep: run %s: its trace cannot be read (%s); moved to %s, running it again\n",
+                     r.id.c_str(), e.what(), aside.c_str());
+        rec.status = "interrupted";
+        todo.push_back(r.index);
+      }
     } else {
       if (rec.status == "running") rec.status = "interrupted";  // a killed sweep left it so
       todo.push_back(r.index);
@@ -324,6 +338,10 @@ int Coordinator::finish(bool interrupted) {
   if (failed) {
     std::fprintf(stderr, "fp4drift sweep: %d of %zu runs failed (their errors: %s /summary/error, runs/<id>/log.txt)\n",
                  failed, records_.size(), index.c_str());
+    return 1;
+  }
+  if (complete != static_cast<int>(records_.size())) {
+    std::fprintf(stderr, "fp4drift sweep: %zu of %zu runs did not finish\n", records_.size() - complete, records_.size());
     return 1;
   }
   return 0;
