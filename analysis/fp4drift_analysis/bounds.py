@@ -442,8 +442,11 @@ def _margin(v: float, lo: float | None, hi: float | None) -> tuple[float, bool]:
 def evaluate(b: Bound, traces: dict) -> Result:
     if b.metric == RATIO:
         (n, nd), (d, dd) = _value(b.numerator, traces), _value(b.denominator, traces)
-        v = n / d if d != 0 else math.inf
-        detail = f"{n:.4g} ({nd}) / {d:.4g} ({dd})"
+        # A ranking needs magnitudes of one sign: -0.2 / -0.1 = 2 would "pass" a ratio >= 1
+        # while saying the opposite. A non-positive denominator (or a negative numerator) makes
+        # the ratio meaningless: NaN, which fails.
+        v = n / d if d > 0 and n >= 0 else math.nan
+        detail = f"{n:.4g} ({nd}) / {d:.4g} ({dd})" + ("" if d > 0 and n >= 0 else " (signs make the ratio meaningless)")
     else:
         v, detail = _value(b, traces)
     ok = math.isfinite(v) and (b.lo is None or v >= b.lo) and (b.hi is None or v <= b.hi)

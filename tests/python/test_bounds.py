@@ -135,3 +135,17 @@ def test_margin_and_non_finite_values() -> None:
     finally:
         del B.METRICS["test.nan"]
     assert not r.ok    # a NaN never passes a bound
+
+
+def test_ratio_of_negative_values_fails_instead_of_passing(monkeypatch) -> None:
+    """-0.2 / -0.1 = 2 must not pass a ranking 'ratio >= 1': it says the opposite."""
+    values = {"num": -0.2, "den": -0.1}
+    monkeypatch.setitem(B.METRICS, "fake", (None, None, lambda tr, p: (values[p["which"]], p["which"])))
+
+    def part(which: str) -> B.Bound:
+        return B.Bound(which, "f.toml", "fake", {"which": which}, "e", None, None, "", "")
+
+    ratio = B.Bound("r", "f.toml", B.RATIO, {}, None, 1.0, None, "a ranking", "theory", part("num"), part("den"))
+    assert not B.evaluate(ratio, {"e": None}).ok
+    values.update(num=0.2, den=0.1)
+    assert B.evaluate(ratio, {"e": None}).ok
