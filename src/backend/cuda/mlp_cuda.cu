@@ -534,6 +534,8 @@ struct MlpCudaTrainer::Impl {
 
   void upload(const Batch& b) {
     if (pending) throw std::logic_error("MlpCudaTrainer: a batch upload during a step");
+    // The pinned staging buffers may still feed the previous upload's copies.
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (batch upload)");
     const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
     if (b.x.rows != M || b.x.cols != in0 || b.t.rows != M || b.t.cols != outL)
       throw std::invalid_argument("MlpCudaTrainer: the batch has the wrong shape");
@@ -630,6 +632,9 @@ void MlpCudaTrainer::set_state(const MlpState<float>& s) {
     y.m1->upload(s.m1[l].data());
     if (adam) y.m2->upload(s.m2[l].data());
   }
+  // The uploads went through the legacy default stream, which does not order the trainer's
+  // non-blocking stream, and a pageable cudaMemcpy may return before its DMA lands: wait.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set_state)");
   m.step = s.step;
 }
 
