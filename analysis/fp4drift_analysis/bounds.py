@@ -383,12 +383,21 @@ def _trace_matches(e: Experiment, trace) -> str | None:
             return "its config does not parse"
         if got != e.expected_config():
             return "its config differs from the experiment's"
-        if e.steps is not None and "--steps" not in _str(a.get("command_line", "")).split():
+        # --steps changes the run without showing in its config attribute: read it from the
+        # command line (both spellings), and refuse a shortened run where none was asked for.
+        words = shlex.split(_str(a.get("command_line", "")))
+        given = None
+        for i, w in enumerate(words):
+            if w == "--steps" and i + 1 < len(words):
+                given = words[i + 1]
+            elif w.startswith("--steps="):
+                given = w.split("=", 1)[1]
+        if e.steps is None and given is not None:
+            return f"it was run with --steps {given}, the experiment runs the config's length"
+        if e.steps is not None and given is None:
             return "it was not run with --steps"
-        if e.steps is not None:
-            words = _str(a.get("command_line", "")).split()
-            if words[words.index("--steps") + 1] != str(e.steps):
-                return "it was run with another --steps"
+        if e.steps is not None and given != str(e.steps):
+            return "it was run with another --steps"
         return None
     words = shlex.split(_str(a.get("command_line", "")))
     if "--out" in words:

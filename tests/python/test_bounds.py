@@ -149,3 +149,23 @@ def test_ratio_of_negative_values_fails_instead_of_passing(monkeypatch) -> None:
     assert not B.evaluate(ratio, {"e": None}).ok
     values.update(num=0.2, den=0.1)
     assert B.evaluate(ratio, {"e": None}).ok
+
+
+def test_a_shortened_run_is_not_taken_for_the_experiment(tmp_path: Path) -> None:
+    """--steps shortens a run without showing in its config attribute: a trace made with it must
+    not stand in for an experiment that runs the config's full length (and vice versa)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('workload = "sum"\nn = 16\n')
+
+    class Trace:
+        def __init__(self, command_line: str) -> None:
+            self.attrs = {"config": cfg.read_text(), "command_line": command_line}
+
+    full = B.Experiment("e", str(tmp_path / "b.toml"), config=str(cfg))
+    short = B.Experiment("e", str(tmp_path / "b.toml"), config=str(cfg), steps=100)
+    assert B._trace_matches(full, Trace("fp4drift run c.toml --out t.h5")) is None
+    assert "--steps 50" in B._trace_matches(full, Trace("fp4drift run c.toml --steps 50 --out t.h5"))
+    assert B._trace_matches(full, Trace("fp4drift run c.toml --steps=50")) is not None
+    assert B._trace_matches(short, Trace("fp4drift run c.toml --steps 100")) is None
+    assert B._trace_matches(short, Trace("fp4drift run c.toml --steps 99")) == "it was run with another --steps"
+    assert B._trace_matches(short, Trace("fp4drift run c.toml")) == "it was not run with --steps"
