@@ -4,16 +4,8 @@
 
 #include "format/bf16.hpp"
 #include "format/fp16.hpp"
-#include "format/float_format.hpp"
 
 namespace fp4d {
-
-// The shared integer conversions (format/fp16.hpp), so that the CUDA backend's cast kernel
-// computes the same bits; tests/unit/test_formats.cpp checks them against the generic
-// FloatFormat rounding and CUDA's __float2half_rn.
-std::uint16_t fp16_bits_from_float(float x) { return fp16_rne_bits(x); }
-
-float fp16_bits_to_float(std::uint16_t b) { return fp16_to_float(b); }
 
 void prepare_cast_output(const Matrix& x, QuantizedTensor& out) {
   out.rows = x.rows;
@@ -35,9 +27,9 @@ void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& 
 #pragma omp parallel for schedule(static) reduction(+ : clipped)
   for (std::int64_t i = 0; i < x.size(); ++i) {
     const float v = x.data[static_cast<std::size_t>(i)];
-    const std::uint16_t b = bf16 ? bf16_rne_bits(v) : fp16_bits_from_float(v);
+    const std::uint16_t b = bf16 ? bf16_rne_bits(v) : fp16_rne_bits(v);
     out.codes16[static_cast<std::size_t>(i)] = b;
-    const float d = bf16 ? bf16_to_float(b) : fp16_bits_to_float(b);
+    const float d = bf16 ? bf16_to_float(b) : fp16_to_float(b);
     out.dequantized.data[static_cast<std::size_t>(i)] = d;
     clipped += std::isfinite(v) && std::isinf(d);  // overflow to infinity
   }
