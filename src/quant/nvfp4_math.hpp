@@ -58,4 +58,11 @@ FP4D_HD float nvfp4_dequantize(std::uint8_t code, std::uint8_t scale_code, float
   return (e2m1_decode(code) * e4m3_decode(scale_code)) * s_dec;
 }
 
+// The operand of an emulated NVFP4 GEMM: the BF16 bits of E2M1value(q) * S_b, without the
+// global decode scale. Exact in float32 and in BF16 (at most 6 significant bits, magnitudes
+// 2^-10 .. 2688), so dropping the float's low half loses nothing.
+FP4D_HD std::uint16_t nvfp4_unscaled_bf16(std::uint8_t code, float scale_value) {
+  return static_cast<std::uint16_t>(float_bits(e2m1_decode(code) * scale_value) >> 16);
+}
+
 }  // namespace fp4d

@@ -63,8 +63,8 @@ __global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __r
 }
 
 // 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
-// 16b .. 16b+15) -> BF16 bits of E2M1value(q) * S_b: exact (at most 6 significant bits, in
-// BF16's range), the operand of the emulated GEMM (nvfp4-spec.md 2, step 6).
+// 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated GEMM (nvfp4-spec.md 2,
+// step 6): the same decode the quantize kernels write.
 __global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
                                    std::int64_t blocks, std::uint16_t* __restrict__ out) {
   for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
@@ -74,8 +74,8 @@ __global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const
     std::uint32_t w[8];
     for (int k = 0; k < 8; ++k) {
       const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
-      const std::uint32_t lo = float_bits(e2m1_decode(static_cast<std::uint8_t>(byte & 0xfu)) * s) >> 16;
-      const std::uint32_t hi = float_bits(e2m1_decode(static_cast<std::uint8_t>(byte >> 4)) * s) >> 16;
+      const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
+      const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
       w[k] = lo | (hi << 16);
     }
     uint4* o = reinterpret_cast<uint4*>(out + b * 16);

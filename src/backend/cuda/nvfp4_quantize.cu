@@ -140,10 +140,9 @@ __device__ __forceinline__ std::uint8_t round_e2m1(float y, const RoundingSpec& 
   else return e2m1_round(y, r, index);
 }
 
-// BF16 bits of E2M1value(q) * S_b (no global decode scale): exact in float32 and in BF16
-// (at most 6 significant bits, magnitudes 2^-10 .. 2688), so dropping the low half is exact.
+// BF16 bits of E2M1value(q) * S_b (quant/nvfp4_math.hpp), widened for packing.
 __device__ __forceinline__ std::uint32_t unscaled_bf16(std::uint8_t code, float scale_value) {
-  return float_bits(e2m1_decode(code) * scale_value) >> 16;
+  return nvfp4_unscaled_bf16(code, scale_value);
 }
 
 template <class In>
