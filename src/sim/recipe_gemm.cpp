@@ -96,10 +96,13 @@ Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const M
   return gemm_block_scaled_emulated(qa, qb);
 }
 
-void RecipeGemm::record_only(const GemmCall& call, const Matrix& first, const Matrix& second) {
+std::optional<std::pair<QuantizedTensor, QuantizedTensor>> RecipeGemm::quantize_operands(const GemmCall& call,
+                                                                                         const Matrix& first,
+                                                                                         const Matrix& second) {
   QuantizedTensor qa, qb;
   Matrix A, B;
-  quantize_call(call, first, second, &qa, &qb, &A, &B);
+  if (!quantize_call(call, first, second, &qa, &qb, &A, &B)) return std::nullopt;
+  return std::make_pair(std::move(qa), std::move(qb));
 }
 
 const GemmRecipe* RecipeGemm::layer_recipe(int layer) const {

@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/quantized.hpp"
@@ -52,9 +54,15 @@ class RecipeGemm {
   RecipeGemm(RecipeGemmOptions opt, int layers);
   Matrix operator()(const GemmCall& call, const Matrix& first, const Matrix& second);
   GemmFn fn();  // a GemmFn that calls *this (which must outlive it)
-  // Quantizes the call's operands and keeps their statistics, without the product: for runs
-  // whose products were computed elsewhere (the GPU-resident step) on the same operands.
-  void record_only(const GemmCall& call, const Matrix& first, const Matrix& second);
+  // The call's two operands in NT form, quantized as the recipe says (statistics recorded);
+  // nullopt for a plain fp32 call. What a backend that quantizes on its own must reproduce.
+  std::optional<std::pair<QuantizedTensor, QuantizedTensor>> quantize_operands(const GemmCall& call, const Matrix& first,
+                                                                               const Matrix& second);
+  // The same for the statistics alone: runs whose products were computed elsewhere (the
+  // GPU-resident step) on the same operands.
+  void record_only(const GemmCall& call, const Matrix& first, const Matrix& second) {
+    quantize_operands(call, first, second);
+  }
   const GemmRecipe* layer_recipe(int layer) const;  // nullptr: plain fp32 (no quantization)
   const std::vector<OperandRecord>& records() const { return records_; }
   const std::string& recipe_name(int layer) const;  // the recipe a layer runs with

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "backend/cuda/mlp_cuda.hpp"
-#include "quant/quantize.hpp"
 #include "sim/mlp.hpp"
 #include "sim/recipe_gemm.hpp"
 #include "support/catch.hpp"
@@ -55,41 +54,32 @@ bool all_zero(const Matrix& m) {
   return true;
 }
 
-// Compares the GPU's quantization of every operand of the last step with quantize_cpu.
+// Compares the GPU's quantization of every operand of the last step with what the CPU run's
+// RecipeGemm makes of the same float32 operands (quantize_cpu, same specs, seeds, streams).
 void check_operands(const MlpSpec& s, const RecipeGemmOptions& opt, const cuda::MlpCudaTrainer& t,
                     const cuda::MlpCudaOperands& ops, std::int64_t step) {
   const auto L = static_cast<int>(s.widths.size() - 1);
   RecipeGemm rg(opt, L);
-  const std::uint64_t seed = recipe_step_seed(opt.seed, step);
   for (int l = 0; l < L; ++l) {
-    const GemmRecipe* g = rg.layer_recipe(l);
-    if (!g) continue;
+    if (!rg.layer_recipe(l)) continue;
     const auto li = static_cast<std::size_t>(l);
     REQUIRE_FALSE(all_zero(ops.h[li]));
     REQUIRE_FALSE(all_zero(ops.dz[li]));
     for (const GemmRole role : {GemmRole::Fprop, GemmRole::Dgrad, GemmRole::Wgrad}) {
       if (role == GemmRole::Dgrad && l == 0) continue;
-      // RecipeGemm's NT operands of the role.
-      Matrix A, B;
-      OperandKind ka{}, kb{};
-      switch (role) {
-        case GemmRole::Fprop: A = ops.h[li], B = ops.w[li], ka = OperandKind::Activation, kb = OperandKind::Weight; break;
-        case GemmRole::Dgrad: A = ops.dz[li], B = transpose(ops.w[li]), ka = OperandKind::Gradient, kb = OperandKind::Weight; break;
-        case GemmRole::Wgrad:
-          A = transpose(ops.h[li]), B = transpose(ops.dz[li]), ka = OperandKind::Activation, kb = OperandKind::Gradient;
-          break;
-      }
+      // The role's logical operands, as sim/mlp.cpp passes them to the GemmFn.
+      const Matrix& first = role == GemmRole::Dgrad ? ops.dz[li] : ops.h[li];
+      const Matrix& second = role == GemmRole::Wgrad ? ops.dz[li] : ops.w[li];
+      const auto cpu_pair = rg.quantize_operands(GemmCall{role, l, step}, first, second);
+      REQUIRE(cpu_pair);
       for (int operand = 0; operand < 2; ++operand) {
-        const bool wgrad = role == GemmRole::Wgrad;
-        const QuantSpec spec =
-            gemm_operand_spec(*g, operand ? kb : ka, wgrad, seed, recipe_operand_stream(l, role, operand));
-        const QuantizedTensor cpu = quantize_cpu(operand ? B : A, spec);
+        const QuantizedTensor& cpu = operand ? cpu_pair->second : cpu_pair->first;
         const QuantizedTensor gpu = t.quantized_operand(l, role, operand);
         INFO("step " << step << ", layer " << l << ", " << to_string(role) << " operand " << operand << ", recipe "
                      << rg.recipe_name(l));
         REQUIRE(gpu.rows == cpu.rows);
         REQUIRE(gpu.cols == cpu.cols);
-        if (spec.scheme == Scheme::Cast) {
+        if (cpu.spec.scheme == Scheme::Cast) {
           CHECK(gpu.codes16 == cpu.codes16);
           continue;
         }
