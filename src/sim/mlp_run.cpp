@@ -510,6 +510,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       });
     const auto is_compare = [&](std::int64_t s) { return (s + 1) % spec.compare_every == 0 || s + 1 == spec.steps; };
     const auto is_flush = [&](std::int64_t s) { return (s + 1) % spec.flush_every == 0 || s + 1 == spec.steps; };
+    const auto is_record = [&](std::int64_t s) { return s % spec.trace_every == 0 || s + 1 == spec.steps; };
     std::thread reference([&] {
       if (!spec.reference_enabled) return;
       try {
@@ -615,7 +616,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
           }
         }
         lk.unlock();
-        if (rec.step % spec.trace_every == 0 || rec.step + 1 == spec.steps) {
+        if (is_record(rec.step)) {
           staged.add(trace.step, std::vector<std::int64_t>{rec.step});
           staged.add(trace.ref_loss, std::vector<double>{ref_loss});
           for (std::size_t r = 0; r < R; ++r) {
@@ -675,7 +676,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       }
       Record rec;
       rec.step = s;
-      const bool recorded = s % spec.trace_every == 0 || s + 1 == spec.steps;
+      const bool recorded = is_record(s);
       std::optional<Batch> batch;
       if (prefetch) batch = prefetch->take(s);
       for (std::size_t r = 0; r < R; ++r) {
