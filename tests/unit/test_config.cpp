@@ -3,24 +3,13 @@
 #include <string>
 
 #include "support/catch.hpp"
+#include "support/config_error.hpp"
 #include "util/config.hpp"
 
 using fp4d::Config;
-using fp4d::ConfigError;
 
-namespace {
-// The message of the ConfigError that f throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-}  // namespace
+using fp4d_test::config_error_of;
+using fp4d_test::contains;
 
 TEST_CASE("config: values of every accepted kind") {
   Config c = Config::parse(R"(# a comment
@@ -50,7 +39,7 @@ x = 3
   CHECK(c.get_strings("absent2", {"d"}) == std::vector<std::string>{"d"});
   CHECK(c.get_ints("count", {}) == std::vector<std::int64_t>{1000});
   CHECK(c.get_ints("absent3", {1, 2}) == std::vector<std::int64_t>{1, 2});
-  CHECK(contains(error_of([&] { c.get_ints("list", {}); }), "must be an integer or an array of integers"));
+  CHECK(contains(config_error_of([&] { c.get_ints("list", {}); }), "must be an integer or an array of integers"));
   CHECK_NOTHROW(c.finish());
 }
 
@@ -58,7 +47,7 @@ TEST_CASE("config: an unknown key is an error naming it, its line and the known 
   Config c = Config::parse("workload = \"sum\"\n[sum]\nn = 4\nnn = 5\n", "t.toml");
   CHECK(c.get_string("workload") == "sum");
   CHECK(c.get_int("sum.n") == 4);
-  const std::string e = error_of([&] { c.finish(); });
+  const std::string e = config_error_of([&] { c.finish(); });
   CHECK(contains(e, "t.toml:4"));
   CHECK(contains(e, "unknown config key 'sum.nn'"));
   CHECK(contains(e, "sum.n"));
@@ -66,12 +55,12 @@ TEST_CASE("config: an unknown key is an error naming it, its line and the known 
 
 TEST_CASE("config: wrong types, missing keys and range checks name the key") {
   Config c = Config::parse("a = \"x\"\nb = 1.5\nc = [1, 2]\n", "t.toml");
-  CHECK(contains(error_of([&] { c.get_int("a"); }), "t.toml:1: 'a' must be an integer, got a string"));
-  CHECK(contains(error_of([&] { c.get_int("b"); }), "'b' must be an integer, got a float"));
-  CHECK(contains(error_of([&] { c.get_double("c"); }), "'c' must be a number, not an array"));
-  CHECK(contains(error_of([&] { c.get_string("missing"); }), "missing key 'missing'"));
-  CHECK(contains(error_of([&] { c.require(false, "b", "must be below 1"); }), "t.toml:2: 'b': must be below 1"));
-  CHECK(contains(error_of([&] { c.get_bool("a", false); }), "must be true or false"));
+  CHECK(contains(config_error_of([&] { c.get_int("a"); }), "t.toml:1: 'a' must be an integer, got a string"));
+  CHECK(contains(config_error_of([&] { c.get_int("b"); }), "'b' must be an integer, got a float"));
+  CHECK(contains(config_error_of([&] { c.get_double("c"); }), "'c' must be a number, not an array"));
+  CHECK(contains(config_error_of([&] { c.get_string("missing"); }), "missing key 'missing'"));
+  CHECK(contains(config_error_of([&] { c.require(false, "b", "must be below 1"); }), "t.toml:2: 'b': must be below 1"));
+  CHECK(contains(config_error_of([&] { c.get_bool("a", false); }), "must be true or false"));
 }
 
 TEST_CASE("config: malformed files are refused with the line") {
@@ -100,9 +89,9 @@ TEST_CASE("config: malformed files are refused with the line") {
   };
   for (const auto& [text, want] : bad) {
     INFO(text);
-    const std::string e = error_of([&] { Config::parse(text, "bad.toml"); });
+    const std::string e = config_error_of([&] { Config::parse(text, "bad.toml"); });
     CHECK(contains(e, want));
     CHECK(contains(e, "bad.toml:"));
   }
-  CHECK(contains(error_of([] { Config::load("/nonexistent/x.toml"); }), "cannot read config file"));
+  CHECK(contains(config_error_of([] { Config::load("/nonexistent/x.toml"); }), "cannot read config file"));
 }

@@ -6,14 +6,17 @@
 #include <string>
 
 #include "support/catch.hpp"
+#include "support/config_error.hpp"
 #include "sweep/expand.hpp"
 #include "sweep/state.hpp"
 #include "sweep/toml_text.hpp"
 #include "util/config.hpp"
 
 using fp4d::Config;
-using fp4d::ConfigError;
 namespace sw = fp4d::sweep;
+
+using fp4d_test::config_error_of;
+using fp4d_test::contains;
 
 namespace {
 const char* kBase = R"(# a sum config
@@ -29,16 +32,6 @@ runs = 2
 seed = 1
 )";
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 sw::Sweep expand(const std::string& text) { return sw::expand_sweep(text, "s.toml", kBase, "base.toml"); }
 }  // namespace
 
@@ -119,36 +112,36 @@ TEST_CASE("sweep: overrides replace a value or add the key to its section", "[sw
 }
 
 TEST_CASE("sweep: an unknown key or bad value in any run is refused before anything runs", "[sweep]") {
-  std::string e = error_of([] { expand("base = \"b\"\n[grid.sum]\nnn = [1, 2]\n"); });
+  std::string e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nnn = [1, 2]\n"); });
   CHECK(contains(e, "unknown config key 'sum.nn'"));
   CHECK(contains(e, "run 0000-"));
-  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nformat = [\"fp16\", \"fp5\"]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nformat = [\"fp16\", \"fp5\"]\n"); });
   CHECK(contains(e, "run 0001-"));  // the second run is the bad one
-  e = error_of([] { expand("base = \"b\"\nworkerz = 2\n[grid.sum]\nn = [1]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\nworkerz = 2\n[grid.sum]\nn = [1]\n"); });
   CHECK(contains(e, "unknown config key 'workerz'"));
-  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = 16\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nn = 16\n"); });
   CHECK(contains(e, "must be an array"));
-  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = []\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nn = []\n"); });
   CHECK(contains(e, "has no values"));
-  e = error_of([] { expand("base = \"b\"\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n"); });
   CHECK(contains(e, "no runs"));
-  e = error_of([] { expand("base = \"b\"\n[runs.sum]\nn = [1]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[runs.sum]\nn = [1]\n"); });
   CHECK(contains(e, "unknown section [runs.sum]"));
-  e = error_of([] { expand("base = \"b\"\nworkers = 0\n[grid.sum]\nn = [1]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\nworkers = 0\n[grid.sum]\nn = [1]\n"); });
   CHECK(contains(e, "workers"));
-  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 8\n[grid.sum]\nn = [1]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 8\n[grid.sum]\nn = [1]\n"); });
   CHECK(contains(e, "both a grid axis"));
 }
 
 TEST_CASE("sweep: duplicate runs are refused, whatever the spelling", "[sweep]") {
-  std::string e = error_of([] { expand("base = \"b\"\n[grid.sum]\nn = [16, 32, 16]\n"); });
+  std::string e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nn = [16, 32, 16]\n"); });
   CHECK(contains(e, "runs 0 (sum.n=16) and 2 (sum.n=16) are the same run"));
-  e = error_of([] { expand("base = \"b\"\n[grid.sum]\nc = [1.0, 1e0]\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[grid.sum]\nc = [1.0, 1e0]\n"); });
   CHECK(contains(e, "are the same run"));
-  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 1_024\n[list.b.sum]\nn = 1024\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[list.a.sum]\nn = 1_024\n[list.b.sum]\nn = 1024\n"); });
   CHECK(contains(e, "are the same run"));
   // 2 and 2.0: one run for a float key (Config::get_double reads both as 2.0).
-  e = error_of([] { expand("base = \"b\"\n[list.a.sum]\nc = 2\n[list.b.sum]\nc = 2.0\n"); });
+  e = config_error_of([] { expand("base = \"b\"\n[list.a.sum]\nc = 2\n[list.b.sum]\nc = 2.0\n"); });
   CHECK(contains(e, "runs 0 (a: sum.c=2) and 1 (b: sum.c=2.0) are the same run"));
   // 2^53 + 1 and 2^53 are different integers (no detour through double).
   CHECK(expand("base = \"b\"\n[grid.sum]\nseed = [9007199254740993, 9007199254740992]\n").runs.size() == 2);
