@@ -1,10 +1,6 @@
 // The `mlp` workload (sim/mlp.hpp); numerics in docs/numerics.md section 8d.
 #include "sim/mlp.hpp"
 
-#if defined(__FMA__) && defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +13,7 @@
 #include <boost/math/constants/constants.hpp>
 
 #include "format/philox.hpp"
+#include "sim/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/mlp_precision.hpp"
 
@@ -77,6 +74,8 @@ struct Teacher {
   std::uint64_t seed = 0;
   std::int64_t in = 0, out = 0, width = 0;
   Matrix w1, w2;
+  // The same weights in double (exact), for the targets' GEMMs in make_batch.
+  std::vector<double> w1d, w2d;
 };
 
 std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
@@ -94,114 +93,15 @@ std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
   t->w1 = normal_matrix(derive_seed(s.seed, kTeacher, 0), s.teacher_width, in, 1.0 / std::sqrt(static_cast<double>(in)));
   t->w2 = normal_matrix(derive_seed(s.seed, kTeacher, 1), out, s.teacher_width,
                         std::sqrt(2.0 / static_cast<double>(s.teacher_width)));
+  t->w1d.assign(t->w1.data.begin(), t->w1.data.end());
+  t->w2d.assign(t->w2.data.begin(), t->w2.data.end());
   last = t;
   return t;
 }
 
 // ---- dense kernels in T ------------------------------------------------------------------
-// C (m x n) = A (m x k) B (k x n), all row-major. Every element is c = 0, then for p = 0, 1,
-// ..., k-1 (ascending) c = MulAdd<T>(c, a_ip, b_pj): c + a b rounded twice in T (the build
-// has -ffp-contract=off), except for the double reference on FMA hardware, where it is
-// fma(a, b, c), rounded once. The loop order i-p-j vectorises over j without reassociating
-// any sum, so the result does not depend on the SIMD width or on the OpenMP thread count
-// (rows are independent).
-// 32-byte GCC/Clang vector types (one AVX register; split into SSE halves without AVX).
-// Unaligned, may_alias: loaded and stored straight from the row-major arrays.
-typedef float VecF8 __attribute__((vector_size(32), aligned(4), may_alias));
-typedef double VecD4 __attribute__((vector_size(32), aligned(8), may_alias));
-template <class T>
-struct Vec32;
-template <>
-struct Vec32<float> {
-  using type = VecF8;
-};
-template <>
-struct Vec32<double> {
-  using type = VecD4;
-};
-
-// One step of the recurrence, on a scalar or a vector of C, and the kernel's tile height
-// (rows of C held in registers, 2 vectors wide).
-template <class T>
-struct MulAdd {
-  using V = typename Vec32<T>::type;
-  static constexpr std::int64_t kRows = 4;
-  static T step(T c, T a, T b) { return c + a * b; }
-  static V step(V c, T a, V b) { return c + a * b; }
-};
-#if defined(__FMA__) && defined(__AVX2__)
-// The double reference on FMA hardware: one rounding per step, and a 6 x 8 tile of C (12 of
-// the 16 ymm registers). The float run stays unfused: its results are compared bit for bit
-// with the emulated GEMMs'.
-template <>
-struct MulAdd<double> {
-  static constexpr std::int64_t kRows = 6;
-  static double step(double c, double a, double b) { return std::fma(a, b, c); }
-  static VecD4 step(VecD4 c, double a, VecD4 b) {
-    return (VecD4)_mm256_fmadd_pd(_mm256_set1_pd(a), (__m256d)b, (__m256d)c);
-  }
-};
-#endif
-
-template <class T>
-void gemm_kn_simd(const T* __restrict a, const T* __restrict b, T* __restrict c, std::int64_t m, std::int64_t k,
-                  std::int64_t n) {
-  // Register blocking: a tile of IB rows x NV vectors of C stays in accumulators while p runs
-  // (element-wise operations, so each lane is exactly the scalar recurrence). Edges use the
-  // plain loop with the same per-element order.
-  // Cache blocking over k: p runs in blocks of KC, every tile of C stored after a block and
-  // reloaded for the next, so the block of B (KC x n) is reused from L2 by every row block
-  // instead of streaming all of B per row block. Each element still sees c = 0, then the
-  // steps p = 0, 1, ..., k-1 in ascending order: the result is bit-identical to the unblocked
-  // loop.
-  using V = typename Vec32<T>::type;
-  using Op = MulAdd<T>;
-  constexpr std::int64_t VL = 32 / static_cast<std::int64_t>(sizeof(T));
-  constexpr std::int64_t IB = Op::kRows, NV = 2, JB = NV * VL, KC = 128;
-  // Threads split the row blocks; the same static split for every k-block gives each thread
-  // the same rows of C every time, so the k-blocks need no barrier between them (nowait).
-  const std::int64_t row_blocks = (m + IB - 1) / IB;
-#pragma omp parallel if (m * k * n > (1 << 18))
-  for (std::int64_t p0 = 0; p0 < k || p0 == 0; p0 += KC) {
-    const std::int64_t p1 = std::min(k, p0 + KC);
-    const bool first = p0 == 0;
-#pragma omp for schedule(static) nowait
-    for (std::int64_t ib = 0; ib < row_blocks; ++ib) {
-      const std::int64_t i0 = ib * IB, ni = std::min(IB, m - i0);
-      for (std::int64_t j0 = 0; j0 < n; j0 += JB) {
-        const std::int64_t nj = std::min(JB, n - j0);
-        if (ni == IB && nj == JB) {
-          V acc[IB][NV];
-          for (std::int64_t ii = 0; ii < IB; ++ii)
-            for (std::int64_t v = 0; v < NV; ++v)
-              acc[ii][v] = first ? V{} : reinterpret_cast<const V*>(c + (i0 + ii) * n + j0)[v];
-          for (std::int64_t p = p0; p < p1; ++p) {
-            const V* bv = reinterpret_cast<const V*>(b + p * n + j0);
-            for (std::int64_t ii = 0; ii < IB; ++ii) {
-              const T av = a[(i0 + ii) * k + p];
-              for (std::int64_t v = 0; v < NV; ++v) acc[ii][v] = Op::step(acc[ii][v], av, bv[v]);
-            }
-          }
-          for (std::int64_t ii = 0; ii < IB; ++ii)
-            for (std::int64_t v = 0; v < NV; ++v) reinterpret_cast<V*>(c + (i0 + ii) * n + j0)[v] = acc[ii][v];
-        } else {
-          for (std::int64_t i = i0; i < i0 + ni; ++i) {
-            T* __restrict ci = c + i * n + j0;
-            if (first)
-              for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = T(0);
-            for (std::int64_t p = p0; p < p1; ++p) {
-              const T aip = a[i * k + p];
-              const T* __restrict bp = b + p * n + j0;
-              for (std::int64_t jj = 0; jj < nj; ++jj) ci[jj] = Op::step(ci[jj], aip, bp[jj]);
-            }
-          }
-        }
-      }
-    }
-    if (k == 0) break;
-  }
-}
-
+// float and double: sim/dense_gemm (packed, vectorised, threaded; the fixed per-element order
+// c = 0, then c = dense_step(c, a_ip, b_pj) for ascending p).
 // A wider T (sim/mlp_precision.hpp): the same recurrence element by element, c = c + a b
 // rounded twice in T (Boost.Multiprecision has no fused step), rows split over threads.
 template <class T>
@@ -219,17 +119,26 @@ void gemm_kn_wide(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, 
 }
 
 template <class T>
-void gemm_kn(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_kn_simd(a, b, c, m, k, n);
-  else gemm_kn_wide(a, b, c, m, k, n);
-}
-
-template <class T>
 std::vector<T> transposed(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
   std::vector<T> t(x.size());
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) t[static_cast<std::size_t>(c * rows + r)] = x[static_cast<std::size_t>(r * cols + c)];
   return t;
+}
+
+// c (m x n) = op(A) op(B) in the fixed order; a_t / b_t as in dense_gemm (a holds A^T, k x m;
+// b holds B^T, n x k).
+template <class T>
+void plain_gemm(const std::vector<T>& a, bool a_t, const std::vector<T>& b, bool b_t, std::vector<T>& c,
+                std::int64_t m, std::int64_t k, std::int64_t n) {
+  c.resize(static_cast<std::size_t>(m * n));
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    dense_gemm(a.data(), a_t, b.data(), b_t, c.data(), m, k, n);
+  } else {
+    const std::vector<T> an = a_t ? transposed(a, k, m) : std::vector<T>{};
+    const std::vector<T> bn = b_t ? transposed(b, n, k) : std::vector<T>{};
+    gemm_kn_wide((a_t ? an : a).data(), (b_t ? bn : b).data(), c.data(), m, k, n);
+  }
 }
 
 template <class T>
@@ -366,6 +275,16 @@ std::vector<T> rmsnorm_backward(const std::vector<T>& dy, const std::vector<T>& 
 
 // Forward and backward on batch `step`; returns the loss (accumulated in the wider of T and
 // double from the T outputs). grads, if given, receives dW_l (rows_l x in).
+// forward_backward's per-layer arrays, kept between steps (see there).
+template <class T>
+struct StepBuffers {
+  std::vector<std::vector<T>> h, a, rinv, z;
+  std::vector<T> dz, dh, dh_next;
+  void size(std::size_t layers) {
+    for (auto* v : {&h, &a, &rinv, &z}) v->resize(layers);
+  }
+};
+
 template <class T>
 double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, std::int64_t step, const GemmFn& gemm,
                         std::vector<std::vector<T>>* grads) {
@@ -382,12 +301,20 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
 
   // h[l]: input of layer l (M x widths[l]); a[l]: its GEMM operand (h[l] or rmsnorm(h[l]),
   // rinv[l] the norm's row factors); z[l]: the GEMM's output (M x rows_l).
-  std::vector<std::vector<T>> h(static_cast<std::size_t>(L)), a(static_cast<std::size_t>(L)),
-      rinv(static_cast<std::size_t>(L)), z(static_cast<std::size_t>(L));
+  // The step's buffers outlive it (one set per thread and T): a step of a 512-wide model
+  // otherwise allocates ~15 fresh 2 MB arrays, and their page faults cost as much as a
+  // third of the GEMM time (measured with perf, docs/performance.md). Every element is
+  // written before it is read in each step, so nothing carries over between steps.
+  static thread_local StepBuffers<T> ws;
+  ws.size(static_cast<std::size_t>(L));
+  auto& h = ws.h;
+  auto& a = ws.a;
+  auto& rinv = ws.rinv;
+  auto& z = ws.z;
   const auto operand = [&](int l) -> const std::vector<T>& {
     return norm_at(s, l) ? a[static_cast<std::size_t>(l)] : h[static_cast<std::size_t>(l)];
   };
-  h[0] = from_matrix<T>(batch.x);
+  h[0].assign(batch.x.data.begin(), batch.x.data.end());
   for (int l = 0; l < L; ++l) {
     const auto li = static_cast<std::size_t>(l);
     const std::int64_t in = s.widths[li], out = s.widths[li + 1], rows = weight_rows(s, l);
@@ -398,9 +325,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
     if (gemm) {
       zl = call_gemm(gemm, GemmCall{GemmRole::Fprop, l, step}, x, M, in, wl, rows, in, M, rows);
     } else {
-      zl.assign(static_cast<std::size_t>(M * rows), T(0));
-      const std::vector<T> wt = transposed(wl, rows, in);
-      gemm_kn(x.data(), wt.data(), zl.data(), M, in, rows);
+      plain_gemm(x, false, wl, true, zl, M, in, rows);  // X W^T
     }
     if (l + 1 < L) {
       auto& hn = h[li + 1];
@@ -422,7 +347,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
 
   const std::int64_t out_w = s.widths.back();
   const auto& y = z[static_cast<std::size_t>(L) - 1];
-  std::vector<T> dz;
+  std::vector<T>& dz = ws.dz;
   Acc loss = Acc(0);
   if (s.task == "classification") {
     // Softmax cross-entropy against the teacher's argmax class. Loss in Acc; the gradient
@@ -452,7 +377,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
     }
     loss /= static_cast<Acc>(M);
     if (!grads) return static_cast<double>(loss);
-    grads->assign(static_cast<std::size_t>(L), {});
+    grads->resize(static_cast<std::size_t>(L));
   } else {
     // Loss 0.5 mean (Y - T)^2, accumulated in Acc in ascending element order.
     for (std::size_t i = 0; i < y.size(); ++i) {
@@ -461,13 +386,13 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
     }
     loss = Acc(0.5) * loss / static_cast<Acc>(M * out_w);
     if (!grads) return static_cast<double>(loss);
-    grads->assign(static_cast<std::size_t>(L), {});
+    grads->resize(static_cast<std::size_t>(L));
     // dZ_{L-1} = (Y - T) / (M out), in T.
     const T denom = static_cast<T>(M * out_w);
     dz.resize(y.size());
     for (std::size_t i = 0; i < y.size(); ++i) dz[i] = (y[i] - static_cast<T>(batch.t.data[i])) / denom;
   }
-  std::vector<T> dh_next;  // the gradient of H_{l+1} (layer l's output), kept for its residual
+  std::vector<T>& dh_next = ws.dh_next;  // the gradient of H_{l+1} (layer l's output), kept for its residual
   for (int l = L - 1; l >= 0; --l) {
     const auto li = static_cast<std::size_t>(l);
     const std::int64_t in = s.widths[li], rows = weight_rows(s, l);
@@ -478,18 +403,15 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
       const std::vector<T> dwt = call_gemm(gemm, GemmCall{GemmRole::Wgrad, l, step}, x, M, in, dz, M, rows, in, rows);
       dw = transposed(dwt, in, rows);
     } else {
-      dw.assign(static_cast<std::size_t>(rows * in), T(0));
-      const std::vector<T> dzt = transposed(dz, M, rows);
-      gemm_kn(dzt.data(), x.data(), dw.data(), rows, M, in);
+      plain_gemm(dz, true, x, false, dw, rows, M, in);  // dZ^T X
     }
     if (l == 0) break;
-    std::vector<T> dh;
+    std::vector<T>& dh = ws.dh;
     if (gemm) {
       // Dgrad: first = dZ_l (M x rows), second = W_l (rows x in) -> M x in.
       dh = call_gemm(gemm, GemmCall{GemmRole::Dgrad, l, step}, dz, M, rows, w[li], rows, in, M, in);
     } else {
-      dh.assign(static_cast<std::size_t>(M * in), T(0));
-      gemm_kn(dz.data(), w[li].data(), dh.data(), M, rows, in);
+      plain_gemm(dz, false, w[li], false, dh, M, rows, in);  // dZ W
     }
     if (norm_at(s, l)) dh = rmsnorm_backward(dh, a[li], rinv[li], M, in);
     if (residual_at(s, l))
@@ -511,7 +433,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
     } else {
       for (std::size_t i = 0; i < dh.size(); ++i) dz[i] = dh[i] * act_derivative(s.activation, zp[i]);
     }
-    dh_next = std::move(dh);
+    std::swap(dh, dh_next);
   }
   return static_cast<double>(loss);
 }
@@ -631,32 +553,14 @@ Batch make_batch(const MlpSpec& s, std::int64_t step) {
   const auto teacher = teacher_for(s);
   const std::int64_t tw = s.teacher_width;
   b.t = Matrix(M, out);
-#pragma omp parallel for schedule(static) if (M * tw * (in + out) > (1 << 18))
-  for (std::int64_t r = 0; r < M; ++r) {
-    // Each sum ascending in its own accumulator; 8 outputs at a time so that 8 independent
-    // chains are in flight instead of one latency-bound chain (the same values).
-    constexpr std::int64_t U = 8;
-    std::vector<double> hid(static_cast<std::size_t>(tw));
-    const float* xr = b.x.data.data() + r * in;
-    for (std::int64_t j0 = 0; j0 < tw; j0 += U) {
-      const std::int64_t nj = std::min(U, tw - j0);
-      double acc[U] = {};
-      for (std::int64_t k = 0; k < in; ++k) {
-        const auto xk = static_cast<double>(xr[k]);
-        for (std::int64_t jj = 0; jj < nj; ++jj) acc[jj] += xk * static_cast<double>(teacher->w1(j0 + jj, k));
-      }
-      for (std::int64_t jj = 0; jj < nj; ++jj) hid[static_cast<std::size_t>(j0 + jj)] = acc[jj] > 0.0 ? acc[jj] : 0.0;
-    }
-    for (std::int64_t o0 = 0; o0 < out; o0 += U) {
-      const std::int64_t no = std::min(U, out - o0);
-      double acc[U] = {};
-      for (std::int64_t j = 0; j < tw; ++j) {
-        const double hj = hid[static_cast<std::size_t>(j)];
-        for (std::int64_t oo = 0; oo < no; ++oo) acc[oo] += hj * static_cast<double>(teacher->w2(o0 + oo, j));
-      }
-      for (std::int64_t oo = 0; oo < no; ++oo) b.t(r, o0 + oo) = static_cast<float>(acc[oo]);
-    }
-  }
+  // hid = relu(X W1^T) and T = hid W2^T in double, every sum ascending with products and sums
+  // rounded separately (dense_gemm_unfused); X and the weights convert to double exactly.
+  const std::vector<double> xd(b.x.data.begin(), b.x.data.end());
+  std::vector<double> hid(static_cast<std::size_t>(M * tw)), t(static_cast<std::size_t>(M * out));
+  dense_gemm_unfused(xd.data(), false, teacher->w1d.data(), true, hid.data(), M, in, tw);
+  for (double& h : hid) h = h > 0.0 ? h : 0.0;
+  dense_gemm_unfused(hid.data(), false, teacher->w2d.data(), true, t.data(), M, tw, out);
+  for (std::size_t i = 0; i < t.size(); ++i) b.t.data[i] = static_cast<float>(t[i]);
   return b;
 }
 
@@ -689,7 +593,7 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
   check_weights(s, state.m1, "state.m1");
   if (s.optimizer == Optimizer::AdamW) check_weights(s, state.m2, "state.m2");
 
-  std::vector<std::vector<T>> g;
+  static thread_local std::vector<std::vector<T>> g;  // reused between steps, as forward_backward's buffers
   StepStats stats;
   stats.loss = forward_backward<T>(s, state.w, state.step, gemm, &g);
 

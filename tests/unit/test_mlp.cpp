@@ -771,23 +771,3 @@ TEST_CASE("mlp: run_mlp makes its runs with the backend's trainer factory", "[ml
   CHECK(made == std::vector<std::string>{"fp32", "nvfp4"});
   std::filesystem::remove(path);
 }
-
-// Timing of one float32 train_step of the default model on one thread (not run by ctest).
-TEST_CASE("mlp: train_step timing", "[mlp][.bench]") {
-  MlpSpec s;  // {64, 256, 256, 16}, batch 64
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  auto st = init_state<float>(s);
-  train_step<float>(s, st, nullptr);
-  const int n = 200;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int k = 0; k < n; ++k) train_step<float>(s, st, nullptr);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
-  auto sd = init_state<double>(s);
-  const auto t1 = std::chrono::steady_clock::now();
-  for (int k = 0; k < n; ++k) train_step<double>(s, sd, nullptr);
-  const double msd = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() / n;
-  omp_set_num_threads(threads);
-  std::printf("train_step {64,256,256,16} batch 64, one thread: float %.3f ms, double %.3f ms\n", ms, msd);
-  CHECK(ms < 10.0);
-}
