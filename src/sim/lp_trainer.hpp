@@ -27,6 +27,11 @@ class LowPrecisionTrainer {
   virtual MlpState<float> state() const = 0;
   virtual void set_state(const MlpState<float>& s) = 0;
   virtual std::string path() const = 0;  // how the products run, for the trace
+  // Whether the runner may step this run on its own host thread, concurrently with the
+  // other runs' steps: true for a run that shares nothing with them (a device run on its own
+  // stream with its own GEMM workspace); false for CPU runs, whose OpenMP GEMMs already use
+  // every core.
+  virtual bool steps_concurrently() const { return false; }
 };
 
 // A factory per backend; the runner makes one trainer per recipe.

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "sim/batch_prefetch.hpp"
+#include "sim/parallel_runs.hpp"
 #include "trace/h5.hpp"
 #include "trace/tensor_io.hpp"
 
@@ -576,6 +577,12 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       prefetch.emplace(model, start, spec.steps, std::clamp(hw - 2, 1, 8), 32);
     }
 
+    bool concurrent = R > 1;
+    for (const auto& t : trainers) concurrent = concurrent && t->steps_concurrently();
+    if (ctl.concurrent_runs) concurrent = R > 1 && *ctl.concurrent_runs;
+    std::optional<ParallelRuns> team;
+    if (concurrent) team.emplace(R);
+
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
     std::vector<std::int64_t> compared_steps = trace.compare_step.rows() ? trace.compare_step.read<std::int64_t>() : std::vector<std::int64_t>{};
@@ -679,12 +686,17 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       const bool recorded = is_record(s);
       std::optional<Batch> batch;
       if (prefetch) batch = prefetch->take(s);
+      std::vector<StepStats> st(R);
+      rec.ops.resize(R);
+      const auto step_run = [&](std::size_t r) {
+        st[r] = trainers[r]->step(batch ? &*batch : nullptr, recorded ? &rec.ops[r] : nullptr);
+      };
+      if (team) team->run(step_run);
+      else
+        for (std::size_t r = 0; r < R; ++r) step_run(r);
       for (std::size_t r = 0; r < R; ++r) {
-        std::vector<OperandRecord> ops;
-        const StepStats st = trainers[r]->step(batch ? &*batch : nullptr, recorded ? &ops : nullptr);
-        rec.loss.push_back(st.loss);
-        rec.lost.push_back(st.lost_update_fraction);
-        rec.ops.push_back(std::move(ops));
+        rec.loss.push_back(st[r].loss);
+        rec.lost.push_back(std::move(st[r].lost_update_fraction));
       }
       const bool compare = spec.reference_enabled && is_compare(s), flush = is_flush(s);
       std::vector<MlpState<float>> states;

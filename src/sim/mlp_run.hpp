@@ -30,10 +30,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "sim/lp_trainer.hpp"
 #include "sim/mlp.hpp"
@@ -73,6 +72,9 @@ struct MlpRunControl {
   // probe always runs on the host (quantize_cpu, `product`).
   TrainerFactory trainer;
   std::string backend = "cpu";
+  // Step the runs on one host thread each (sim/parallel_runs.hpp)? Unset: when every trainer
+  // says it can (LowPrecisionTrainer::steps_concurrently). The trace does not depend on it.
+  std::optional<bool> concurrent_runs;
 };
 
 enum class MlpRunOutcome { Complete, Interrupted };

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
+#include "trace/h5.hpp"
 
 using namespace fp4d;
 
@@ -770,4 +772,59 @@ TEST_CASE("mlp: run_mlp makes its runs with the backend's trainer factory", "[ml
   CHECK(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
   CHECK(made == std::vector<std::string>{"fp32", "nvfp4"});
   std::filesystem::remove(path);
+}
+
+namespace {
+// Every numeric dataset under g (recursively) as doubles (float32 values and these small
+// integers convert exactly), keyed by path.
+void numeric_datasets(const h5::Group& g, const std::string& prefix, std::map<std::string, std::vector<double>>& out) {
+  for (const std::string& name : g.children()) {
+    const std::string path = prefix + "/" + name;
+    if (g.is_group(name)) {
+      numeric_datasets(g.open_group(name), path, out);
+    } else if (g.is_dataset(name)) {
+      const h5::TypeClass c = g.info(name).type_class;
+      if (c == h5::TypeClass::Float) out[path] = g.read<double>(name);
+      if (c == h5::TypeClass::Integer) {
+        const auto v = g.read<std::int64_t>(name);
+        out[path].assign(v.begin(), v.end());
+      }
+    }
+  }
+}
+}  // namespace
+
+// The runner's concurrent stepping (one host thread per run, sim/parallel_runs.hpp) writes
+// the trace the sequential loop writes, bit for bit: three recipes, operand statistics every
+// step, compares and checkpoints in between. (On the CPU the runs' OpenMP GEMMs then share
+// the cores; the runner uses it by itself only for device runs.)
+TEST_CASE("mlp: run_mlp with concurrent runs writes the sequential trace bit for bit", "[mlp]") {
+  MlpRunSpec spec;
+  spec.model.widths = {16, 32, 32, 8};
+  spec.model.batch = 16;
+  spec.steps = 12;
+  spec.compare_every = 4;
+  spec.flush_every = 5;
+  spec.recipes = {"nvfp4", "bf16", "mxfp4"};
+  std::map<std::string, std::vector<double>> traces[2];
+  for (const bool concurrent : {false, true}) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("fp4d_mlp_concurrent_" + std::to_string(concurrent) + ".h5")).string();
+    std::filesystem::remove(path);
+    MlpRunControl ctl;
+    ctl.path = path;
+    ctl.concurrent_runs = concurrent;
+    REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
+    const h5::File f = h5::File::open_read(path);
+    numeric_datasets(f.root(), "", traces[concurrent]);
+    std::filesystem::remove(path);
+  }
+  REQUIRE(traces[0].size() == traces[1].size());
+  CHECK(traces[0].count("/mlp/runs/mxfp4/operand_nmse") == 1);
+  for (const auto& [path, a] : traces[0]) {
+    INFO(path);
+    const auto& b = traces[1].at(path);
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+  }
 }
