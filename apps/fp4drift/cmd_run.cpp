@@ -38,6 +38,7 @@ struct RunArgs {
   std::int64_t steps = 0;
   std::string out;
   bool resume = false, json = false;
+  std::string concurrent_runs = "auto";
 };
 
 void print_sum_dot(const SumDotRun& run, const SumDotResult& r) {
@@ -121,6 +122,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.resume = a.resume;
   ctl.backend = a.backend;
   ctl.stop = &g_stop;
+  if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
 #if defined(FP4DRIFT_WITH_CUDA)
   if (a.backend == "cuda") {  // checked by require_backend
     ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };
@@ -242,6 +244,11 @@ Runner add_run(CLI::App& app, const std::string& command_line) {
   app.add_option("--out,-o", a->out, "Output trace (HDF5)");
   app.add_flag("--resume", a->resume, "Continue a stopped run from its trace (long-running workloads)");
   app.add_flag("--json", a->json, "Print the results as JSON");
+  app.add_option("--concurrent-runs", a->concurrent_runs,
+                 "mlp: step the low-precision runs on one host thread each (auto: where every run allows it; "
+                 "the trace is the same either way)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   return [a, command_line]() { return run_run(*a, command_line); };
 }
 

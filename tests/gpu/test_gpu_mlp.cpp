@@ -8,15 +8,21 @@
 //    accumulation (gamma_K per GEMM on both sides) through the network - a transposed operand,
 //    a wrong alpha or a wrong loss kernel moves the loss far outside it.
 //  - Determinism, and resuming from state() equal to running straight through, bit for bit.
+//  - run_mlp with the device runs stepping concurrently (one host thread, stream and cuBLASLt
+//    workspace each) writes the trace of the same runs stepped one after the other.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/mlp_cuda_trainer.hpp"
 #include "sim/mlp.hpp"
+#include "sim/mlp_run.hpp"
 #include "sim/recipe_gemm.hpp"
 #include "support/catch.hpp"
+#include "support/trace_datasets.hpp"
 
 using namespace fp4d;
 
@@ -241,4 +247,41 @@ TEST_CASE("gpu mlp: recipes and shapes without a resident path are named", "[gpu
   s.widths = {64, 120, 32};
   CHECK(cuda::mlp_cuda_unsupported(s, recipe("nvfp4")).find("120") != std::string::npos);
   CHECK_THROWS_AS(cuda::MlpCudaTrainer(s, recipe("nvfp4"), init_state<float>(s)), std::invalid_argument);
+}
+
+TEST_CASE("gpu mlp: runs stepping concurrently write the sequential trace bit for bit", "[gpu][mlp]") {
+  // Three resident runs (one with SR and RHT), operand statistics every step, compares and
+  // checkpoints in between; widths large enough for cuBLASLt to pick workspace-using kernels.
+  MlpRunSpec spec;
+  spec.model = small_model();
+  spec.model.widths = {64, 512, 512, 16};
+  spec.model.batch = 256;
+  spec.steps = 20;
+  spec.compare_every = 5;
+  spec.flush_every = 7;
+  spec.recipes = {"nvfp4", "bf16", "fp32"};
+  spec.reference_enabled = false;
+  std::map<std::string, std::vector<double>> traces[2];
+  for (const bool concurrent : {false, true}) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("fp4d_gpu_mlp_concurrent_" + std::to_string(concurrent) + ".h5")).string();
+    std::filesystem::remove(path);
+    MlpRunControl ctl;
+    ctl.path = path;
+    ctl.backend = "cuda";
+    ctl.trainer = cuda::make_cuda_trainer;
+    ctl.concurrent_runs = concurrent;
+    REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
+    const h5::File f = h5::File::open_read(path);
+    traces[concurrent] = test::numeric_datasets(f.root());
+    std::filesystem::remove(path);
+  }
+  REQUIRE(traces[0].size() == traces[1].size());
+  REQUIRE(traces[0].count("/mlp/runs/nvfp4/loss") == 1);
+  for (const auto& [path, a] : traces[0]) {
+    INFO(path);
+    const auto& b = traces[1].at(path);
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+  }
 }

@@ -20,7 +20,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
-#include "trace/h5.hpp"
+#include "support/trace_datasets.hpp"
 
 using namespace fp4d;
 
@@ -774,25 +774,6 @@ TEST_CASE("mlp: run_mlp makes its runs with the backend's trainer factory", "[ml
   std::filesystem::remove(path);
 }
 
-namespace {
-// Every numeric dataset under g (recursively) as doubles (float32 values and these small
-// integers convert exactly), keyed by path.
-void numeric_datasets(const h5::Group& g, const std::string& prefix, std::map<std::string, std::vector<double>>& out) {
-  for (const std::string& name : g.children()) {
-    const std::string path = prefix + "/" + name;
-    if (g.is_group(name)) {
-      numeric_datasets(g.open_group(name), path, out);
-    } else if (g.is_dataset(name)) {
-      const h5::TypeClass c = g.info(name).type_class;
-      if (c == h5::TypeClass::Float) out[path] = g.read<double>(name);
-      if (c == h5::TypeClass::Integer) {
-        const auto v = g.read<std::int64_t>(name);
-        out[path].assign(v.begin(), v.end());
-      }
-    }
-  }
-}
-}  // namespace
 
 // The runner's concurrent stepping (one host thread per run, sim/parallel_runs.hpp) writes
 // the trace the sequential loop writes, bit for bit: three recipes, operand statistics every
@@ -816,7 +797,7 @@ TEST_CASE("mlp: run_mlp with concurrent runs writes the sequential trace bit for
     ctl.concurrent_runs = concurrent;
     REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
     const h5::File f = h5::File::open_read(path);
-    numeric_datasets(f.root(), "", traces[concurrent]);
+    traces[concurrent] = test::numeric_datasets(f.root());
     std::filesystem::remove(path);
   }
   REQUIRE(traces[0].size() == traces[1].size());

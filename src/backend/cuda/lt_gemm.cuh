@@ -44,6 +44,31 @@ struct LtContext {
   }
 };
 
+// A handle and workspace of one user's own (a training run stepping on its own stream and host
+// thread): GEMMs running concurrently on different streams must not share a workspace (cuBLAS
+// documentation, "Thread Safety" and "Results Reproducibility": one workspace per stream).
+class OwnedLtContext {
+ public:
+  OwnedLtContext() {
+    check(cublasLtCreate(&ctx_.handle), "cublasLtCreate");
+    if (cudaMalloc(&ctx_.workspace, ctx_.workspace_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      cublasLtDestroy(ctx_.handle);
+      throw std::runtime_error("CUDA error in cudaMalloc (cuBLASLt workspace of a run): out of memory?");
+    }
+  }
+  ~OwnedLtContext() {
+    cudaFree(ctx_.workspace);
+    cublasLtDestroy(ctx_.handle);
+  }
+  OwnedLtContext(const OwnedLtContext&) = delete;
+  OwnedLtContext& operator=(const OwnedLtContext&) = delete;
+  const LtContext& get() const { return ctx_; }
+
+ private:
+  LtContext ctx_;
+};
+
 // One GEMM D = alpha * scale_a * scale_b * (A B^T) in fp4drift's orientation (see the file
 // comment): a (M x ld_k, type ta; K x M with leading dimension ld_m if a_km), b (N x ld_k, type
 // tb; K x N with leading dimension ld_n if b_kn), d (M x N float32, row-major, leading dim N).
@@ -133,8 +158,9 @@ class LtPlan {
   // The first run takes the heuristic's candidates in order until one launches (a candidate can
   // answer NOT_SUPPORTED at launch); later runs use that one, so repeated runs are the same
   // kernel with the same summation order.
-  void run(cudaStream_t stream = nullptr) const {
-    LtContext& ctx = LtContext::get();
+  // own: a workspace of the caller's (OwnedLtContext) instead of the process's shared one.
+  void run(cudaStream_t stream = nullptr, const LtContext* own = nullptr) const {
+    const LtContext& ctx = own ? *own : LtContext::get();
     const float host_ab[2] = {g_.alpha_on_device ? 0.0f : *g_.alpha, 0.0f};
     const void* alpha = g_.alpha_on_device ? static_cast<const void*>(g_.alpha) : static_cast<const void*>(&host_ab[0]);
     const void* beta = g_.alpha_on_device ? static_cast<const void*>(g_.alpha + 1) : static_cast<const void*>(&host_ab[1]);

@@ -282,6 +282,8 @@ struct MlpCudaTrainer::Impl {
   Buf<double> partial, loss_sum;
   Buf<unsigned long long> lost;
   cudaStream_t stream = nullptr;
+  // This run's cuBLASLt workspace: runs step concurrently, each on its own stream.
+  std::unique_ptr<OwnedLtContext> lt;
   // Pinned staging: the batch going up, the step's statistics coming down.
   float* host_x = nullptr;
   float* host_t = nullptr;
@@ -297,6 +299,7 @@ struct MlpCudaTrainer::Impl {
     L = static_cast<int>(spec.widths.size() - 1);
     rg = std::make_unique<RecipeGemm>(opt, L);
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    lt = std::make_unique<OwnedLtContext>();
     const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
     check(cudaMallocHost(&host_x, static_cast<std::size_t>(M * in0) * sizeof(float)), "cudaMallocHost (batch x)");
     check(cudaMallocHost(&host_t, static_cast<std::size_t>(M * outL) * sizeof(float)), "cudaMallocHost (batch t)");
@@ -313,6 +316,7 @@ struct MlpCudaTrainer::Impl {
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
     layers.clear();
+    lt.reset();
     cudaFreeHost(host_x);
     cudaFreeHost(host_t);
     cudaFreeHost(host_loss);
@@ -442,7 +446,7 @@ struct MlpCudaTrainer::Impl {
       cast(y.h->p, y.hb->p, M * y.in);
       cast(y.w->p, y.wb->p, y.in * y.out);
     }
-    y.fprop->run(stream);
+    y.fprop->run(stream, &lt->get());
     if (l + 1 < L) {
       const std::int64_t n = M * y.out;
       act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, layers[static_cast<std::size_t>(l) + 1].h->p, n,
@@ -463,9 +467,9 @@ struct MlpCudaTrainer::Impl {
     } else if (y.mode == Mode::Bf16) {
       cast(y.dz->p, y.dzb->p, M * y.out);
     }
-    y.wgrad->run(stream);
+    y.wgrad->run(stream, &lt->get());
     if (l == 0) return;
-    y.dgrad->run(stream);
+    y.dgrad->run(stream, &lt->get());
     const std::int64_t n = M * y.in;
     act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, layers[static_cast<std::size_t>(l) - 1].z->p,
                                                                     layers[static_cast<std::size_t>(l) - 1].dz->p, n,

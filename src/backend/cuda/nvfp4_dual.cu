@@ -249,7 +249,7 @@ template <class T>
 unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
   const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
   const std::int64_t need = (tiles + kWarps - 1) / kWarps;
-  static int cached_device = -1, cached_resident = 0;
+  thread_local int cached_device = -1, cached_resident = 0;  // per thread: runs quantize concurrently
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   if (dev != cached_device) {

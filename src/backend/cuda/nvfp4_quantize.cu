@@ -411,7 +411,8 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kLanesUnits = 2;
 
 int sm_count() {
-  static int sms = 0;
+  // Once per thread (runs quantize from several host threads; a plain static was a data race).
+  thread_local int sms = 0;
   if (sms == 0) {
     int dev = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
