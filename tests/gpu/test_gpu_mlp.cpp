@@ -12,7 +12,6 @@
 //    workspace each) writes the trace of the same runs stepped one after the other.
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -261,27 +260,14 @@ TEST_CASE("gpu mlp: runs stepping concurrently write the sequential trace bit fo
   spec.flush_every = 7;
   spec.recipes = {"nvfp4", "bf16", "fp32"};
   spec.reference_enabled = false;
-  std::map<std::string, std::vector<double>> traces[2];
+  test::Datasets traces[2];
   for (const bool concurrent : {false, true}) {
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("fp4d_gpu_mlp_concurrent_" + std::to_string(concurrent) + ".h5")).string();
-    std::filesystem::remove(path);
     MlpRunControl ctl;
-    ctl.path = path;
     ctl.backend = "cuda";
     ctl.trainer = cuda::make_cuda_trainer;
     ctl.concurrent_runs = concurrent;
-    REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
-    const h5::File f = h5::File::open_read(path);
-    traces[concurrent] = test::numeric_datasets(f.root());
-    std::filesystem::remove(path);
+    traces[concurrent] = test::run_mlp_datasets(spec, ctl, "fp4d_gpu_mlp_concurrent_" + std::to_string(concurrent));
   }
-  REQUIRE(traces[0].size() == traces[1].size());
   REQUIRE(traces[0].count("/mlp/runs/nvfp4/loss") == 1);
-  for (const auto& [path, a] : traces[0]) {
-    INFO(path);
-    const auto& b = traces[1].at(path);
-    REQUIRE(a.size() == b.size());
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-  }
+  test::check_same_datasets(traces[0], traces[1]);
 }

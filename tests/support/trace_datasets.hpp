@@ -1,11 +1,16 @@
-// Tests that compare whole traces: every numeric dataset of an HDF5 group, recursively.
+// Tests that compare whole traces: every numeric dataset of an HDF5 group, recursively, and
+// the trace of one run_mlp call.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "sim/mlp_run.hpp"
+#include "support/catch.hpp"
 #include "trace/h5.hpp"
 
 namespace fp4d::test {
@@ -32,6 +37,34 @@ inline std::map<std::string, std::vector<double>> numeric_datasets(const h5::Gro
   std::map<std::string, std::vector<double>> out;
   numeric_datasets(g, "", out);
   return out;
+}
+
+using Datasets = std::map<std::string, std::vector<double>>;
+
+// run_mlp(spec, ctl) into a temporary file `name`.h5; its numeric datasets (the file removed).
+inline Datasets run_mlp_datasets(const MlpRunSpec& spec, MlpRunControl ctl, const std::string& name) {
+  ctl.path = (std::filesystem::temp_directory_path() / (name + ".h5")).string();
+  std::filesystem::remove(ctl.path);
+  REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
+  Datasets d;
+  {
+    const h5::File f = h5::File::open_read(ctl.path);
+    d = numeric_datasets(f.root());
+  }
+  std::filesystem::remove(ctl.path);
+  return d;
+}
+
+// The same datasets, element for element, bit for bit (NaN payloads included).
+inline void check_same_datasets(const Datasets& a, const Datasets& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [path, x] : a) {
+    INFO(path);
+    REQUIRE(b.count(path) == 1);
+    const auto& y = b.at(path);
+    REQUIRE(x.size() == y.size());
+    CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
+  }
 }
 
 }  // namespace fp4d::test

@@ -787,25 +787,12 @@ TEST_CASE("mlp: run_mlp with concurrent runs writes the sequential trace bit for
   spec.compare_every = 4;
   spec.flush_every = 5;
   spec.recipes = {"nvfp4", "bf16", "mxfp4"};
-  std::map<std::string, std::vector<double>> traces[2];
+  test::Datasets traces[2];
   for (const bool concurrent : {false, true}) {
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("fp4d_mlp_concurrent_" + std::to_string(concurrent) + ".h5")).string();
-    std::filesystem::remove(path);
     MlpRunControl ctl;
-    ctl.path = path;
     ctl.concurrent_runs = concurrent;
-    REQUIRE(run_mlp(spec, ctl) == MlpRunOutcome::Complete);
-    const h5::File f = h5::File::open_read(path);
-    traces[concurrent] = test::numeric_datasets(f.root());
-    std::filesystem::remove(path);
+    traces[concurrent] = test::run_mlp_datasets(spec, ctl, "fp4d_mlp_concurrent_" + std::to_string(concurrent));
   }
-  REQUIRE(traces[0].size() == traces[1].size());
   CHECK(traces[0].count("/mlp/runs/mxfp4/operand_nmse") == 1);
-  for (const auto& [path, a] : traces[0]) {
-    INFO(path);
-    const auto& b = traces[1].at(path);
-    REQUIRE(a.size() == b.size());
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-  }
+  test::check_same_datasets(traces[0], traces[1]);
 }
