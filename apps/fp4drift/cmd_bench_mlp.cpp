@@ -11,7 +11,7 @@
 
 #include "commands.hpp"
 #include "json.hpp"
-#include "sim/dense_gemm.hpp"
+#include "quant/dense_gemm.hpp"
 #include "sim/mlp.hpp"
 
 namespace fp4d::cli {
@@ -44,7 +44,7 @@ int run_bench_mlp_ref(std::int64_t width, std::int64_t batch, int layers, int re
   const double data_s = best_seconds(repeat, [&] { (void)make_batch(s, b++); });  // inputs + teacher targets
   const double gemms = 3.0 * layers - 1.0;
   const double flops = gemms * 2.0 * static_cast<double>(batch) * static_cast<double>(width) * static_cast<double>(width);
-  // The reference's GEMM kernel alone (sim/dense_gemm), in the step's three orientations:
+  // The reference's GEMM kernel alone (quant/dense_gemm), in the step's three orientations:
   // fprop X W^T, wgrad dZ^T X, dgrad dZ W (layers - 1 of them).
   std::vector<double> ka(static_cast<std::size_t>(batch * width), 0.5), kb(static_cast<std::size_t>(width * width), 0.25),
       kc(static_cast<std::size_t>(batch * width));
@@ -74,7 +74,7 @@ int run_bench_mlp_ref(std::int64_t width, std::int64_t batch, int layers, int re
               Eigen::nbThreads());
   std::printf("  reference train_step : %9.3f ms  %8.2f GFLOP/s (GEMMs only counted)\n", step_s * 1e3, ref_gf);
   std::printf("    of which the batch  : %9.3f ms  (inputs and teacher targets, make_batch)\n", data_s * 1e3);
-  std::printf("  its GEMMs alone      : %9.3f ms  %8.2f GFLOP/s (sim/dense_gemm, the same shapes)\n", kernel_s * 1e3,
+  std::printf("  its GEMMs alone      : %9.3f ms  %8.2f GFLOP/s (quant/dense_gemm, the same shapes)\n", kernel_s * 1e3,
               kernel_gf);
   std::printf("  Eigen double GEMMs   : %9.3f ms  %8.2f GFLOP/s\n", eigen_s * 1e3, eigen_gf);
   std::printf("  reference / Eigen    : %8.1f%%\n", 100 * ref_gf / eigen_gf);

@@ -8,6 +8,7 @@
 
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
+#include "quant/dense_gemm.hpp"
 
 namespace fp4d {
 
@@ -229,19 +230,9 @@ Matrix gemm_fp32(const Matrix& A, const Matrix& B, const EmulatedGemmOptions& op
   require(A.cols == B.cols, "K mismatch: A has " + std::to_string(A.cols) + " columns, B " + std::to_string(B.cols));
   const std::int64_t M = A.rows, N = B.rows, K = A.cols;
   Matrix C(M, N);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < M; ++i) {
-    const float* ai = A.data.data() + i * K;
-    for (std::int64_t j = 0; j < N; ++j) {
-      const float* bj = B.data.data() + j * K;
-      float acc = 0.0f;
-      for (std::int64_t k = 0; k < K; ++k) {
-        const float prod = ai[k] * bj[k];  // rounded to float32
-        acc = acc + prod;                  // then added (no FMA: -ffp-contract=off)
-      }
-      C(i, j) = acc;
-    }
-  }
+  // acc = 0; acc = acc + (a_k * b_k) for k ascending, in float32 without FMA: dense_gemm's
+  // float recurrence, with B stored N x K (its transposed layout).
+  dense_gemm(A.data.data(), false, B.data.data(), true, C.data.data(), M, K, N);
   return C;
 }
 

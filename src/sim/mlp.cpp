@@ -13,7 +13,7 @@
 #include <boost/math/constants/constants.hpp>
 
 #include "format/philox.hpp"
-#include "sim/dense_gemm.hpp"
+#include "quant/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/mlp_precision.hpp"
 
@@ -100,7 +100,7 @@ std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
 }
 
 // ---- dense kernels in T ------------------------------------------------------------------
-// float and double: sim/dense_gemm (packed, vectorised, threaded; the fixed per-element order
+// float and double: quant/dense_gemm (packed, vectorised, threaded; the fixed per-element order
 // c = 0, then c = dense_step(c, a_ip, b_pj) for ascending p).
 // A wider T (sim/mlp_precision.hpp): the same recurrence element by element, c = c + a b
 // rounded twice in T (Boost.Multiprecision has no fused step), rows split over threads.

@@ -1,4 +1,4 @@
-// sim/dense_gemm: the packed, threaded GEMM of the float32 run and the double reference
+// quant/dense_gemm: the packed, threaded GEMM of the float32 run and the double reference
 // computes every element by the documented scalar recurrence (c = 0, then
 // c = dense_step(c, A(i, p), B(p, j)) for ascending p), bit for bit, for every operand layout,
 // on shapes with partial register tiles and several k-blocks, for any thread count.
@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "sim/dense_gemm.hpp"
+#include "quant/dense_gemm.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;

@@ -1,4 +1,4 @@
-// The fixed-order dense GEMM (sim/dense_gemm.hpp), blocked as the BLIS papers describe
+// The fixed-order dense GEMM (quant/dense_gemm.hpp), blocked as the BLIS papers describe
 // (Van Zee and van de Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS
 // Functionality", ACM TOMS 41(3), 2015): k in blocks of KC; each block of op(B) packed into
 // panels of NR columns (KC x NR, contiguous, reused from L1 by every row panel); each thread's
@@ -10,7 +10,7 @@
 // is stored after block [p0, p0 + KC) and reloaded before [p0 + KC, ...)); no two products
 // are ever summed with each other first. Zero padding of the packed edge panels only reaches
 // lanes whose results are discarded. Threads own disjoint row panels of C.
-#include "sim/dense_gemm.hpp"
+#include "quant/dense_gemm.hpp"
 
 #if defined(__FMA__) && defined(__AVX2__)
 #include <immintrin.h>
