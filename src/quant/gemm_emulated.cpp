@@ -89,29 +89,53 @@ Operand decode_operand(const QuantizedTensor& q, std::int64_t L, bool exponents,
 }
 
 // The documented loop. term(p, i, j, b) gives t_b; with_global multiplies acc by g at the end.
+// Register tiles of kTileRows x kTileCols output elements: B is transposed once (K x N) so
+// that the inner loops run across output columns, each lane one element's own p and acc,
+// which the compiler vectorises without reassociating anything (element by element the
+// operations and their order are exactly the header's; tests/unit/test_gemm_emulated.cpp
+// compares with a scalar transcription bit for bit). Before: one (i, j) at a time, a
+// latency-bound chain of dependent additions.
 template <class Term>
 Matrix blocked_gemm(const Operand& a, const Operand& b, std::int64_t L, Term term, bool with_global, float g) {
+  constexpr std::int64_t kTileRows = 4, kTileCols = 16;
   const std::int64_t M = a.rows, N = b.rows, K = a.K, nb = a.nb;
   Matrix C(M, N);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < M; ++i) {
-    const float* ai = a.vals.data() + i * K;
-    for (std::int64_t j = 0; j < N; ++j) {
-      const float* bj = b.vals.data() + j * K;
-      float acc = 0.0f;
+  if (M == 0 || N == 0) return C;
+  // bt: K x Np (Np = N rounded up to the tile; the padding columns are zero and discarded).
+  const std::int64_t Np = (N + kTileCols - 1) / kTileCols * kTileCols;
+  std::vector<float> bt(static_cast<std::size_t>(K * Np), 0.0f);
+  for (std::int64_t j = 0; j < N; ++j)
+    for (std::int64_t k = 0; k < K; ++k) bt[static_cast<std::size_t>(k * Np + j)] = b.vals[static_cast<std::size_t>(j * K + k)];
+  const std::int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = Np / kTileCols;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (std::int64_t it = 0; it < row_tiles; ++it)
+    for (std::int64_t jt = 0; jt < col_tiles; ++jt) {
+      const std::int64_t i0 = it * kTileRows, j0 = jt * kTileCols;
+      // Rows and columns past the edge compute on clamped indices (valid memory, valid scale
+      // lookups) and are not stored.
+      std::int64_t ri[kTileRows], cj[kTileCols];
+      for (std::int64_t r = 0; r < kTileRows; ++r) ri[r] = std::min(i0 + r, M - 1);
+      for (std::int64_t c = 0; c < kTileCols; ++c) cj[c] = std::min(j0 + c, N - 1);
+      float acc[kTileRows][kTileCols] = {};
       for (std::int64_t blk = 0; blk < nb; ++blk) {
         const std::int64_t k0 = blk * L, k1 = std::min(K, k0 + L);
-        float p = 0.0f;
+        float p[kTileRows][kTileCols] = {};
         for (std::int64_t k = k0; k < k1; ++k) {
-          const float prod = ai[k] * bj[k];
-          p = p + prod;
+          const float* bk = bt.data() + k * Np + j0;
+          for (std::int64_t r = 0; r < kTileRows; ++r) {
+            const float av = a.vals[static_cast<std::size_t>(ri[r] * K + k)];
+            for (std::int64_t c = 0; c < kTileCols; ++c) {
+              const float prod = av * bk[c];
+              p[r][c] = p[r][c] + prod;
+            }
+          }
         }
-        const float t = term(p, i, j, blk);
-        acc = acc + t;
+        for (std::int64_t r = 0; r < kTileRows; ++r)
+          for (std::int64_t c = 0; c < kTileCols; ++c) acc[r][c] = acc[r][c] + term(p[r][c], ri[r], cj[c], blk);
       }
-      C(i, j) = with_global ? acc * g : acc;
+      for (std::int64_t r = 0; r < kTileRows && i0 + r < M; ++r)
+        for (std::int64_t c = 0; c < kTileCols && j0 + c < N; ++c) C(i0 + r, j0 + c) = with_global ? acc[r][c] * g : acc[r][c];
     }
-  }
   return C;
 }
 

@@ -484,6 +484,86 @@ TEST_CASE("results do not depend on the number of threads") {
     }
 }
 
+namespace {
+// The documented loop of gemm_emulated.hpp written out element by element, from the
+// QuantizedTensor's public fields (codes via code_at, block scales from scale_values on the
+// scale grid, UE8M0 exponents from scale_codes): the oracle for the vectorised
+// implementation's order. reverse_blocks sums the block terms in the other order, to show
+// that the comparison can fail.
+Matrix documented_loop(const QuantizedTensor& A, const QuantizedTensor& B, bool reverse_blocks = false,
+                       std::int64_t* blocks = nullptr) {
+  const Scheme scheme = A.spec.scheme;
+  const auto k_block = [](const QuantizedTensor& q) { return q.spec.per_tensor() ? std::int64_t{0} : q.spec.block_cols; };
+  const std::int64_t K = A.cols;
+  std::int64_t L = scheme == Scheme::Nvfp4 ? 16 : scheme == Scheme::Mxfp4 ? 32 : std::max(k_block(A), k_block(B));
+  if (L == 0) L = std::max<std::int64_t>(K, 1);
+  const std::int64_t nb = (K + L - 1) / L;
+  if (blocks) *blocks = nb;
+  const auto value = [&](const QuantizedTensor& q, std::int64_t r, std::int64_t k) {
+    const std::uint8_t c = q.code_at(r, k);
+    if (scheme == Scheme::Fp8) return q.spec.element == ElementFormat::E5M2 ? e5m2_decode(c) : e4m3_decode(c);
+    return e2m1_decode(c);
+  };
+  const auto grid = [&](const QuantizedTensor& q, std::int64_t r, std::int64_t b) {
+    if (q.spec.per_tensor()) return std::size_t{0};
+    const std::int64_t br = q.spec.is_2d() ? q.spec.block_rows : 1;
+    return static_cast<std::size_t>((r / br) * q.scale_cols + b);
+  };
+  Matrix C(A.rows, B.rows);
+  for (std::int64_t i = 0; i < A.rows; ++i)
+    for (std::int64_t j = 0; j < B.rows; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t bi = 0; bi < nb; ++bi) {
+        const std::int64_t b = reverse_blocks ? nb - 1 - bi : bi;
+        float p = 0.0f;
+        for (std::int64_t k = b * L; k < std::min(K, (b + 1) * L); ++k) p = p + value(A, i, k) * value(B, j, k);
+        float t;
+        if (scheme == Scheme::Mxfp4)
+          t = std::ldexp(p, ue8m0_exponent(A.scale_codes[grid(A, i, b)]) + ue8m0_exponent(B.scale_codes[grid(B, j, b)]));
+        else
+          t = p * (A.scale_values[grid(A, i, b)] * B.scale_values[grid(B, j, b)]);
+        acc = acc + t;
+      }
+      C(i, j) = scheme == Scheme::Nvfp4 ? acc * (A.global.decode * B.global.decode) : acc;
+    }
+  return C;
+}
+}  // namespace
+
+TEST_CASE("every path follows the documented float32 order bit for bit (a scalar transcription)") {
+  // Shapes around the implementation's register tiles (rows and columns that are not
+  // multiples of 4 or 16) and K that is not a multiple of the block length; A's magnitudes
+  // spread over 2^+-11 across rows and 16-element blocks so that block terms differ and
+  // their order matters.
+  struct Case {
+    const char* a;
+    const char* b;
+  };
+  const Case cases[] = {{"nvfp4", "nvfp4"},        {"nvfp4", "nvfp4-2d"},          {"mxfp4", "mxfp4"},
+                        {"fp8-e4m3-1x128", "fp8-e4m3-128x128"}, {"fp8-e4m3-tensor", "fp8-e4m3-1x128"},
+                        {"fp8-e4m3-tensor", "fp8-e4m3-tensor"}};
+  const std::int64_t shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {37, 53, 200}, {64, 32, 400}};
+  std::uint64_t seed = 40;
+  for (const Case& c : cases)
+    for (const auto& sh : shapes) {
+      const std::int64_t M = sh[0], N = sh[1], K = sh[2];
+      INFO(c.a << " x " << c.b << ", M " << M << " N " << N << " K " << K);
+      Matrix a = normal_matrix(M, K, ++seed), b = normal_matrix(N, K, ++seed);
+      for (std::int64_t r = 0; r < M; ++r)
+        for (std::int64_t k = 0; k < K; ++k) a(r, k) = std::ldexp(a(r, k), static_cast<int>((r * 7 + (k / 16) * 5) % 23) - 11);
+      const QuantizedTensor qa = quantize_cpu(a, spec_of(c.a)), qb = quantize_cpu(b, spec_of(c.b));
+      std::int64_t blocks = 0;
+      const Matrix want = documented_loop(qa, qb, false, &blocks);
+      CHECK(same_bits(gemm_block_scaled_emulated(qa, qb), want));
+      if (blocks >= 3 && M * N >= 64) {  // (two terms add the same in either order)
+        const Matrix rev = documented_loop(qa, qb, true);
+        std::int64_t differ = 0;
+        for (std::size_t e = 0; e < rev.data.size(); ++e) differ += rev.data[e] != want.data[e];
+        CHECK(differ > 0);
+      }
+    }
+}
+
 TEST_CASE("invalid operands are refused") {
   const Matrix a = normal_matrix(8, 32, 1), b = normal_matrix(8, 48, 2);
   const QuantizedTensor na = quantize_cpu(a, spec_of("nvfp4")), nb = quantize_cpu(b, spec_of("nvfp4"));
