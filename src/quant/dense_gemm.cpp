@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -160,21 +161,32 @@ void gemm_blocked(const T* a, bool a_t, const T* b, bool b_t, T* c, std::int64_t
   }
   constexpr std::int64_t NR = nr<T>();
   const std::int64_t row_panels = (m + kMR - 1) / kMR, col_panels = (n + NR - 1) / NR;
-  // Packing buffers live as long as the thread (no allocation, no page faults per call). B's
-  // belongs to the calling thread and is shared with the team; A's is each thread's own.
-  static thread_local std::vector<T> b_buffer;
+  // C is written while A and B are still being packed (k-block after k-block, by other
+  // threads too): it must not overlap them.
+  const auto overlaps = [&](const T* x, std::int64_t count) { return x < c + m * n && c < x + count; };
+  if (overlaps(a, m * k) || overlaps(b, k * n)) throw std::invalid_argument("dense_gemm: c overlaps a or b");
+  // Packing buffers live as long as the calling thread (no allocation, no page faults per
+  // call), all sized here, outside the parallel region (an allocation failure inside it would
+  // terminate): B's shared by the team, one slice of A's per thread.
+  const bool parallel = m * k * n > (1 << 18);
+  int max_threads = 1;
+#ifdef _OPENMP
+  if (parallel) max_threads = omp_get_max_threads();
+#endif
+  constexpr std::int64_t a_slice = kMCP * kKC * kMR;
+  static thread_local std::vector<T> b_buffer, a_buffer;
   b_buffer.resize(static_cast<std::size_t>(col_panels * kKC * NR));
+  a_buffer.resize(static_cast<std::size_t>(max_threads * a_slice));
   T* const bpack = b_buffer.data();
-#pragma omp parallel if (m * k * n > (1 << 18))
+  T* const apacks = a_buffer.data();
+#pragma omp parallel if (parallel)
   {
     int threads = 1, t = 0;
 #ifdef _OPENMP
-    threads = omp_get_num_threads();
+    threads = omp_get_num_threads();  // <= max_threads
     t = omp_get_thread_num();
 #endif
-    static thread_local std::vector<T> a_buffer;
-    a_buffer.resize(static_cast<std::size_t>(kMCP * kKC * kMR));
-    T* const apack = a_buffer.data();
+    T* const apack = apacks + t * a_slice;
     // This thread's row panels: an even split (rows are independent; results do not depend on it).
     const std::int64_t r_first = row_panels * t / threads, r_last = row_panels * (t + 1) / threads;
     for (std::int64_t p0 = 0; p0 < k; p0 += kKC) {

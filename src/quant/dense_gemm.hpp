@@ -8,7 +8,8 @@
 // for double on FMA hardware (kDenseDoubleFused), where it is fma(a, b, c), rounded once.
 // A(i, p) = a[i k + p] (a_t = false) or a[p m + i] (a_t = true: a holds A^T, k x m);
 // B(p, j) = b[p n + j] (b_t = false) or b[j k + p] (b_t = true: b holds B^T, n x k).
-// The transposed layouts cost nothing extra: the kernel packs both operands anyway.
+// The transposed layouts cost nothing extra: the kernel packs both operands anyway. c must
+// not overlap a or b (std::invalid_argument).
 //
 // The float32 run's results are compared bit for bit with the emulated GEMMs' (a float32
 // GemmFn computing the same recurrence), and the double reference's are the "exact" side of

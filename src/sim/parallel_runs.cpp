@@ -7,7 +7,19 @@ namespace fp4d {
 ParallelRuns::ParallelRuns(std::size_t n) : n_(n), errors_(n) {
   if (n == 0) throw std::invalid_argument("ParallelRuns: needs at least one task per round");
   threads_.reserve(n - 1);
-  for (std::size_t i = 1; i < n; ++i) threads_.emplace_back([this, i] { work(i); });
+  try {
+    for (std::size_t i = 1; i < n; ++i) threads_.emplace_back([this, i] { work(i); });
+  } catch (...) {
+    // A thread that cannot start: stop and join those that did (joinable threads must not
+    // be destroyed), then report.
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    throw;
+  }
 }
 
 ParallelRuns::~ParallelRuns() {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -99,20 +101,36 @@ TEST_CASE("dense_gemm: every element follows the scalar recurrence, all layouts,
   SECTION("double, unfused") { check_layouts_and_shapes<double>(true); }
 }
 
-TEST_CASE("dense_gemm: the result does not depend on the thread count", "[dense_gemm]") {
+TEST_CASE("dense_gemm: the result does not depend on the thread count or on concurrent callers", "[dense_gemm]") {
+  // 301 rows are 51 row panels; 64 threads leave some without rows (they still meet every
+  // barrier). m k n is above the parallel threshold.
   const std::int64_t m = 301, k = 530, n = 77;
   const auto a = spread<double>(static_cast<std::size_t>(m * k), 11);
   const auto b = spread<double>(static_cast<std::size_t>(k * n), 12);
+  const auto want = oracle(a, true, b, false, m, k, n);
   const int threads = omp_get_max_threads();
-  std::vector<std::vector<double>> out;
-  for (const int t : {1, 2, 3, 5}) {
+  for (const int t : {1, 2, 3, 5, 64}) {
+    INFO("threads " << t);
     omp_set_num_threads(t);
     std::vector<double> c(static_cast<std::size_t>(m * n));
     dense_gemm(a.data(), true, b.data(), false, c.data(), m, k, n);
-    out.push_back(c);
+    CHECK(bit_equal(c, want));
   }
   omp_set_num_threads(threads);
-  for (std::size_t i = 1; i < out.size(); ++i) CHECK(bit_equal(out[i], out[0]));
+  // Four host threads at once (as the batch prefetcher's workers and the runs' threads call
+  // it): each has its own packing buffers.
+  std::vector<std::vector<double>> got(4, std::vector<double>(static_cast<std::size_t>(m * n)));
+  std::vector<std::thread> callers;
+  for (auto& c : got) callers.emplace_back([&] { dense_gemm(a.data(), true, b.data(), false, c.data(), m, k, n); });
+  for (auto& t : callers) t.join();
+  for (const auto& c : got) CHECK(bit_equal(c, want));
+}
+
+TEST_CASE("dense_gemm: an output overlapping an operand is refused", "[dense_gemm]") {
+  std::vector<double> buf(64, 1.0);
+  CHECK_THROWS_AS(dense_gemm(buf.data(), false, buf.data() + 16, false, buf.data() + 8, 4, 4, 4), std::invalid_argument);
+  CHECK_THROWS_AS(dense_gemm(buf.data(), false, buf.data() + 16, false, buf.data() + 20, 4, 4, 4), std::invalid_argument);
+  CHECK_NOTHROW(dense_gemm(buf.data(), false, buf.data() + 16, false, buf.data() + 32, 4, 4, 4));
 }
 
 TEST_CASE("dense_gemm: double steps are fused on FMA hardware, float steps never (a hand-worked case)",
