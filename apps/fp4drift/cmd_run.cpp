@@ -123,6 +123,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.backend = a.backend;
   ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
+  ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };
 #if defined(FP4DRIFT_WITH_CUDA)
   if (a.backend == "cuda") {  // checked by require_backend
     ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };

@@ -18,6 +18,9 @@ class CpuTrainer final : public LowPrecisionTrainer {
   MlpState<float> state() const override { return state_; }
   void set_state(const MlpState<float>& s) override { state_ = s; }
   std::string path() const override { return path_; }
+  // Its own RecipeGemm, state and (thread-local) step buffers; a backend product (the CUDA
+  // fallback) shares that backend's process-wide GEMM workspace.
+  bool can_step_concurrently() const override { return !gemm_.options().product; }
 
  private:
   MlpSpec spec_;

@@ -27,11 +27,15 @@ class LowPrecisionTrainer {
   virtual MlpState<float> state() const = 0;
   virtual void set_state(const MlpState<float>& s) = 0;
   virtual std::string path() const = 0;  // how the products run, for the trace
-  // Whether the runner may step this run on its own host thread, concurrently with the
-  // other runs' steps: true for a run that shares nothing with them (a device run on its own
-  // stream with its own GEMM workspace); false for CPU runs, whose OpenMP GEMMs already use
-  // every core.
-  virtual bool steps_concurrently() const { return false; }
+  // Whether the runner may step this run on its own host thread beside the other runs: it
+  // shares no mutable state with them (a CPU run without a backend product; a device run on
+  // its own stream with its own GEMM workspace). A run whose products go through a backend's
+  // shared GEMM context may not.
+  virtual bool can_step_concurrently() const { return false; }
+  // Whether doing so is a gain worth taking unasked (sim/mlp_run: --concurrent-runs auto):
+  // a device run's step is bound by launches and synchronisations that overlap with another
+  // run's; a CPU run's OpenMP GEMMs already use every core.
+  virtual bool prefers_concurrent_steps() const { return false; }
 };
 
 // A factory per backend; the runner makes one trainer per recipe.

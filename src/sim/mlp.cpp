@@ -305,7 +305,17 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
   // otherwise allocates ~15 fresh 2 MB arrays, and their page faults cost as much as a
   // third of the GEMM time (measured with perf, docs/performance.md). Every element is
   // written before it is read in each step, so nothing carries over between steps.
-  static thread_local StepBuffers<T> ws;
+  // A nested call on the same thread (a GemmFn that itself evaluates the model) must not
+  // clobber the outer call's buffers: it gets a fresh set.
+  static thread_local StepBuffers<T> outer;
+  static thread_local int depth = 0;
+  StepBuffers<T> nested;
+  StepBuffers<T>& ws = depth == 0 ? outer : nested;
+  struct Depth {
+    int& d;
+    explicit Depth(int& x) : d(x) { ++d; }
+    ~Depth() { --d; }
+  } in_call(depth);
   ws.size(static_cast<std::size_t>(L));
   auto& h = ws.h;
   auto& a = ws.a;
@@ -593,7 +603,17 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
   check_weights(s, state.m1, "state.m1");
   if (s.optimizer == Optimizer::AdamW) check_weights(s, state.m2, "state.m2");
 
-  static thread_local std::vector<std::vector<T>> g;  // reused between steps, as forward_backward's buffers
+  // The gradients' buffers, reused between steps as forward_backward's are (a nested call on
+  // the same thread gets its own).
+  static thread_local std::vector<std::vector<T>> outer_g;
+  static thread_local int depth = 0;
+  std::vector<std::vector<T>> nested_g;
+  std::vector<std::vector<T>>& g = depth == 0 ? outer_g : nested_g;
+  struct Depth {
+    int& d;
+    explicit Depth(int& x) : d(x) { ++d; }
+    ~Depth() { --d; }
+  } in_call(depth);
   StepStats stats;
   stats.loss = forward_backward<T>(s, state.w, state.step, gemm, &g);
 

@@ -1,5 +1,7 @@
 #include "sim/mlp_run.hpp"
 
+#include <omp.h>
+
 #include <chrono>
 #include <cmath>
 #include <algorithm>
@@ -577,11 +579,31 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       prefetch.emplace(model, start, spec.steps, std::clamp(hw - 2, 1, 8), 32);
     }
 
-    bool concurrent = R > 1;
-    for (const auto& t : trainers) concurrent = concurrent && t->steps_concurrently();
-    if (ctl.concurrent_runs) concurrent = R > 1 && *ctl.concurrent_runs;
+    bool can = true, prefer = true;
+    std::string cannot;
+    for (std::size_t r = 0; r < R; ++r) {
+      if (!trainers[r]->can_step_concurrently()) {
+        can = false;
+        if (cannot.empty()) cannot = spec.recipes[r] + " (" + trainers[r]->path() + ")";
+      }
+      prefer = prefer && trainers[r]->prefers_concurrent_steps();
+    }
+    const bool concurrent = R > 1 && can && ctl.concurrent_runs.value_or(prefer);
+    if (R > 1 && ctl.concurrent_runs.value_or(false) && !can && ctl.note)
+      ctl.note("concurrent runs asked for, but run " + cannot + " shares its backend's GEMM workspace: stepping the runs in sequence");
+    root.set_attr("concurrent_runs", std::int64_t{concurrent ? 1 : 0});
     std::optional<ParallelRuns> team;
     if (concurrent) team.emplace(R);
+    // While the runs step side by side, each one's OpenMP teams get a share of the cores (the
+    // host statistics of device runs; the whole step of CPU runs). The calling thread gets
+    // its own count back after every round (it also runs the probes and compares).
+    const int omp_threads = omp_get_max_threads();
+    const int omp_share = std::max(1, omp_threads / static_cast<int>(R));
+    struct OmpThreads {  // sets this thread's count for a scope
+      int saved;
+      explicit OmpThreads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+      ~OmpThreads() { omp_set_num_threads(saved); }
+    };
 
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
@@ -689,11 +711,15 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       std::vector<StepStats> st(R);
       rec.ops.resize(R);
       const auto step_run = [&](std::size_t r) {
+        if (team && r > 0) omp_set_num_threads(omp_share);  // a worker thread's own count
         st[r] = trainers[r]->step(batch ? &*batch : nullptr, recorded ? &rec.ops[r] : nullptr);
       };
-      if (team) team->run(step_run);
-      else
+      if (team) {
+        const OmpThreads share(omp_share);
+        team->run(step_run);
+      } else {
         for (std::size_t r = 0; r < R; ++r) step_run(r);
+      }
       for (std::size_t r = 0; r < R; ++r) {
         rec.loss.push_back(st[r].loss);
         rec.lost.push_back(std::move(st[r].lost_update_fraction));

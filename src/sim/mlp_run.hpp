@@ -73,8 +73,11 @@ struct MlpRunControl {
   TrainerFactory trainer;
   std::string backend = "cpu";
   // Step the runs on one host thread each (sim/parallel_runs.hpp)? Unset: when every trainer
-  // says it can (LowPrecisionTrainer::steps_concurrently). The trace does not depend on it.
+  // can and prefers to; true: when every trainer can (LowPrecisionTrainer). The trace does not
+  // depend on it (the root attribute concurrent_runs says which way this attempt went).
   std::optional<bool> concurrent_runs;
+  // Notes for the user (a request that cannot be honoured as asked), one line each.
+  std::function<void(const std::string&)> note;
 };
 
 enum class MlpRunOutcome { Complete, Interrupted };

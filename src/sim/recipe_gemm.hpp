@@ -67,6 +67,7 @@ class RecipeGemm {
   const std::vector<OperandRecord>& records() const { return records_; }
   const std::string& recipe_name(int layer) const;  // the recipe a layer runs with
   bool uses_sr() const;  // some operand is stochastically rounded (nvfp4 gradients)
+  const RecipeGemmOptions& options() const { return opt_; }
 
  private:
   RecipeGemmOptions opt_;

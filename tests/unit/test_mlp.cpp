@@ -796,3 +796,59 @@ TEST_CASE("mlp: run_mlp with concurrent runs writes the sequential trace bit for
   CHECK(traces[0].count("/mlp/runs/mxfp4/operand_nmse") == 1);
   test::check_same_datasets(traces[0], traces[1]);
 }
+
+// forward_backward keeps its buffers between steps (one set per thread); a GemmFn that itself
+// evaluates the model on the same thread (nested forward_backward and train_step) must not
+// disturb the outer step: the result equals the plain step's bit for bit.
+TEST_CASE("mlp: a nested evaluation inside a GemmFn leaves the outer step unchanged", "[mlp]") {
+  const MlpSpec s = small_spec();
+  auto plain = init_state<float>(s), viafn = init_state<float>(s);
+  auto side = init_state<float>(s);
+  int nested_calls = 0;
+  GemmFn fn = [&](const GemmCall& c, const Matrix& a, const Matrix& b) {
+    // A different model evaluation in the middle of the step (another step index, another
+    // set of weights): fills the thread's buffers if they were shared.
+    std::vector<std::vector<float>> grads;
+    (void)loss_and_gradients<float>(s, side.w, 1000 + c.step, nullptr, &grads);
+    (void)train_step<float>(s, side, nullptr);
+    ++nested_calls;
+    Matrix r;
+    switch (c.role) {  // the plain float32 product, as test 2 above
+      case GemmRole::Fprop:
+        r = Matrix(a.rows, b.rows);
+        for (std::int64_t i = 0; i < a.rows; ++i)
+          for (std::int64_t j = 0; j < b.rows; ++j) {
+            float acc = 0.0f;
+            for (std::int64_t k = 0; k < a.cols; ++k) acc += a(i, k) * b(j, k);
+            r(i, j) = acc;
+          }
+        break;
+      case GemmRole::Dgrad:
+        r = Matrix(a.rows, b.cols);
+        for (std::int64_t i = 0; i < a.rows; ++i)
+          for (std::int64_t j = 0; j < b.cols; ++j) {
+            float acc = 0.0f;
+            for (std::int64_t k = 0; k < a.cols; ++k) acc += a(i, k) * b(k, j);
+            r(i, j) = acc;
+          }
+        break;
+      case GemmRole::Wgrad:
+        r = Matrix(a.cols, b.cols);
+        for (std::int64_t i = 0; i < a.cols; ++i)
+          for (std::int64_t j = 0; j < b.cols; ++j) {
+            float acc = 0.0f;
+            for (std::int64_t k = 0; k < a.rows; ++k) acc += a(k, i) * b(k, j);
+            r(i, j) = acc;
+          }
+        break;
+    }
+    return r;
+  };
+  for (int k = 0; k < 3; ++k) {
+    const StepStats x = train_step<float>(s, plain, nullptr);
+    const StepStats y = train_step<float>(s, viafn, fn);
+    CHECK(std::memcmp(&x.loss, &y.loss, sizeof(double)) == 0);
+    REQUIRE(state_bit_equal(plain, viafn));
+  }
+  CHECK(nested_calls > 0);
+}

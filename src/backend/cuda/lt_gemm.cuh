@@ -97,8 +97,10 @@ struct LtGemm {
 // times (benchmarks time run() alone, without the host-side set-up).
 class LtPlan {
  public:
-  explicit LtPlan(const LtGemm& g) : g_(g) {
-    LtContext& ctx = LtContext::get();
+  // own: the workspace run() will be given (OwnedLtContext), so that the algorithm is chosen
+  // for the workspace it gets; nullptr: the process's shared context.
+  explicit LtPlan(const LtGemm& g, const LtContext* own = nullptr) : g_(g) {
+    const LtContext& ctx = own ? *own : LtContext::get();
     check(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     // cuBLAS "A" is our B: op T reads our row-major N x K as K x N column-major; stored K x N
     // (b_kn) it is already N x K column-major: op N. Likewise for cuBLAS "B" = our A.

@@ -389,9 +389,9 @@ struct MlpCudaTrainer::Impl {
       y.path = bf ? y.recipe.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
                   : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
     }
-    y.fprop = std::make_unique<LtPlan>(f);
-    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d);
-    y.wgrad = std::make_unique<LtPlan>(w);
+    y.fprop = std::make_unique<LtPlan>(f, &lt->get());
+    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d, &lt->get());
+    y.wgrad = std::make_unique<LtPlan>(w, &lt->get());
   }
 
   void launch_check(const char* what) { check(cudaGetLastError(), what); }

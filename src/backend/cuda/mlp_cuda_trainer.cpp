@@ -6,6 +6,11 @@
 #include "backend/cuda/mlp_cuda.hpp"
 #include "backend/cuda/mlp_cuda_trainer.hpp"
 
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
 namespace fp4d::cuda {
 
 namespace {
@@ -13,12 +18,14 @@ namespace {
 class CudaTrainer final : public LowPrecisionTrainer {
  public:
   CudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state)
-      : spec_(spec), stats_(opt, static_cast<int>(spec.widths.size() - 1)), gpu_(spec, opt, state) {
+      : spec_(spec), stats_(opt, static_cast<int>(spec.widths.size() - 1)), gpu_(spec, opt, state),
+        device_(current_device()) {
     for (std::size_t l = 0; l + 1 < spec.widths.size(); ++l)
       path_ += (l ? "; " : "") + std::string("layer ") + std::to_string(l) + ": " + gpu_.path(static_cast<int>(l));
   }
   bool needs_batch() const override { return true; }
   StepStats step(const Batch* batch, std::vector<OperandRecord>* records) override {
+    use_device();  // the runner may call from a thread of its own (a new thread starts on device 0)
     if (!records) return gpu_.step(*batch);
     const std::int64_t s = gpu_.step_index();
     MlpCudaOperands ops;
@@ -33,19 +40,37 @@ class CudaTrainer final : public LowPrecisionTrainer {
     *records = stats_.records();
     return st;
   }
-  MlpState<float> state() const override { return gpu_.state(); }
-  void set_state(const MlpState<float>& s) override { gpu_.set_state(s); }
+  MlpState<float> state() const override {
+    use_device();
+    return gpu_.state();
+  }
+  void set_state(const MlpState<float>& s) override {
+    use_device();
+    gpu_.set_state(s);
+  }
   std::string path() const override { return "GPU-resident step; " + path_; }
-  // It has its own stream, cuBLASLt workspace, pinned buffers and statistics, so it could step
-  // beside the other runs; left off by default until gpu.mlp's concurrency test has passed on
-  // the H200 (written without a device; `fp4drift run --concurrent-runs on` asks for it).
-  bool steps_concurrently() const override { return false; }
+  // Its own stream, cuBLASLt workspace, pinned buffers and statistics: it can step beside the
+  // other runs. Not taken unasked until gpu.mlp's concurrency test has passed on the H200
+  // (written without a device; `fp4drift run --concurrent-runs on` asks for it).
+  bool can_step_concurrently() const override { return true; }
+  bool prefers_concurrent_steps() const override { return false; }
 
  private:
   MlpSpec spec_;
   RecipeGemm stats_;
   MlpCudaTrainer gpu_;
+  int device_;
   std::string path_;
+
+  static int current_device() {
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) throw std::runtime_error("CUDA error in cudaGetDevice (resident mlp run)");
+    return d;
+  }
+  void use_device() const {
+    if (cudaSetDevice(device_) != cudaSuccess)
+      throw std::runtime_error("CUDA error in cudaSetDevice(" + std::to_string(device_) + ") (resident mlp run)");
+  }
 };
 
 }  // namespace
