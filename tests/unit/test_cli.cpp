@@ -528,3 +528,20 @@ TEST_CASE("run mlp: a diverging run is reported as such, with the step") {
   CHECK(at < 60);
   CHECK(f.root().open_group("mlp/reference").get_attr_int64("first_nonfinite_step") > 0);
 }
+
+TEST_CASE("a recipe list that names no recipe is refused, not run as an empty table") {
+  // --recipe "" or "," used to expand to no recipe at all: exit 0, an empty table and an
+  // output file with status "complete" that holds no result.
+  TempDir t;
+  const std::string out = t.file("o.h5");
+  for (const std::string args : {"quantize --generate normal --shape 16x16 --recipe ''",
+                                 "quantize --generate normal --shape 16x16 --recipe ,",
+                                 "gemm --m 16 --n 16 --k 16 --recipe ''", "gemm --m 16 --n 16 --k 16 --recipe ,,"}) {
+    INFO(args);
+    const Result r = run(args + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("names no recipe") != std::string::npos);
+    require_no_output(out);
+  }
+}
