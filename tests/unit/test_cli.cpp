@@ -1,5 +1,6 @@
 // The fp4drift CLI as a user meets it: exit codes, one-line errors, and never a partial
 // output file that looks complete.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -544,4 +545,28 @@ TEST_CASE("a recipe list that names no recipe is refused, not run as an empty ta
     CHECK(r.err.find("names no recipe") != std::string::npos);
     require_no_output(out);
   }
+}
+
+TEST_CASE("--out naming something that is not a regular file is refused before any work") {
+  // The output is written as OUT.partial and renamed over OUT. A rename replaces a FIFO or a
+  // device node (run as root, --out /dev/null replaced /dev/null with the trace) and fails on
+  // a directory only once the whole computation is done.
+  TempDir t;
+  const std::string fifo = t.file("pipe.h5"), dir = t.file("dir.h5");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_directory(dir);
+  const std::string cfg = write_text(t, "s.toml", kStagnatingSum);
+  for (const std::string& target : std::vector<std::string>{fifo, dir})
+    for (const std::string& args : std::vector<std::string>{"quantize --generate normal --shape 16x16",
+                                                         "gemm --m 16 --n 16 --k 16", "run " + cfg}) {
+      INFO(args << " --out " << target);
+      const Result r = run(args + " --out " + target);
+      CHECK(r.status == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.find(target) != std::string::npos);
+      CHECK(r.err.find(target == dir ? "is a directory" : "is not a regular file") != std::string::npos);
+      CHECK_FALSE(fs::exists(target + ".partial"));
+    }
+  CHECK(fs::is_fifo(fifo));
+  CHECK(fs::is_directory(dir));
 }
