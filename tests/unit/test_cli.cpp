@@ -570,3 +570,23 @@ TEST_CASE("--out naming something that is not a regular file is refused before a
   CHECK(fs::is_fifo(fifo));
   CHECK(fs::is_directory(dir));
 }
+
+TEST_CASE("--out naming the --input file is refused: the input would be replaced") {
+  TempDir t;
+  const std::string in = t.file("in.h5");
+  write_tensor(in, std::vector<float>(16 * 16, 1.0f), {16, 16});
+  for (const std::string& args : std::vector<std::string>{
+           "quantize --input " + in + ":/x --out " + in,
+                                  "quantize --input " + in + ":/x --out " + t.path.string() + "/./in.h5",
+                                  "gemm --m 16 --n 16 --k 16 --input-second " + in + ":/x --out " + in}) {
+    INFO(args);
+    const Result r = run(args);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("is also the input") != std::string::npos);
+    CHECK_FALSE(fs::exists(in + ".partial"));
+  }
+  fp4d::h5::File f = fp4d::h5::File::open_read(in);
+  CHECK(f.root().is_dataset("x"));
+  CHECK_FALSE(f.root().has_attr("schema"));
+}
