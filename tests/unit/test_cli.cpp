@@ -590,3 +590,13 @@ TEST_CASE("--out naming the --input file is refused: the input would be replaced
   CHECK(f.root().is_dataset("x"));
   CHECK_FALSE(f.root().has_attr("schema"));
 }
+
+TEST_CASE("sweep --out naming a file is refused as bad input") {
+  // It used to stop with exit status 1 and "filesystem error: cannot create directories".
+  TempDir t;
+  const std::string file = write_text(t, "not-a-dir", "x");
+  const Result r = run("sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --out " + file);
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find(file + "' is not a directory") != std::string::npos);
+}
