@@ -600,3 +600,13 @@ TEST_CASE("sweep --out naming a file is refused as bad input") {
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find(file + "' is not a directory") != std::string::npos);
 }
+
+TEST_CASE("run and sweep: a directory given as the config or sweep file is refused as such") {
+  TempDir t;
+  for (const std::string sub : {"run", "sweep"}) {
+    const Result r = run(sub + " " + t.path.string() + " --out " + t.file("o.h5"));
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("is a directory") != std::string::npos);
+  }
+}
