@@ -610,3 +610,13 @@ TEST_CASE("run and sweep: a directory given as the config or sweep file is refus
     CHECK(r.err.find("is a directory") != std::string::npos);
   }
 }
+
+TEST_CASE("a size that does not fit in memory says so, not 'std::bad_alloc'") {
+  TempDir t;
+  const std::string out = t.file("q.h5");
+  const Result r = run("quantize --generate normal --shape 100000000x100000000 --out " + out);  // 4e16 bytes
+  CHECK(r.status == 1);  // the input is well formed; the machine is too small
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("out of memory") != std::string::npos);
+  require_no_output(out);
+}
