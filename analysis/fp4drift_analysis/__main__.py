@@ -52,6 +52,18 @@ def _bias_table(paths: list[str], confidence: float) -> int:
     return biased
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of a window length: 0 drew NaN curves (--smooth) or, as a slice [-0:],
+    averaged the whole run instead of its end (--window); negative ones were as wrong."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp4drift_analysis", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--quantity", default="weight_rel_error",
                    help="weight_rel_error, grad_rel_error, grad_cosine, grad_sr_mean_rel_error")
     st = cmd("plot-stats", "quantization-statistic histories of the GEMM operands")
-    st.add_argument("--smooth", type=int, default=1, help="trailing mean over this many steps")
+    st.add_argument("--smooth", type=_at_least_one, default=1, help="trailing mean over this many steps")
     c = cmd("compare", "overlay several traces (RN vs SR, RHT on/off, ablations)", many=True)
     c.add_argument("--recipes", help="comma list (default: all)")
     a = cmd("ablation", "bars of the final loss gap and weight error per (trace, recipe)", many=True)
-    a.add_argument("--window", type=int, default=50, help="steps averaged for the final loss gap")
+    a.add_argument("--window", type=_at_least_one, default=50, help="steps averaged for the final loss gap")
     f = sub.add_parser("fit", help="growth-exponent fits with confidence intervals")
     f.add_argument("traces", nargs="+")
     f.add_argument("--confidence", type=float, default=0.95)

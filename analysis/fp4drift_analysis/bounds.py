@@ -510,6 +510,8 @@ def check(paths: list[str], exe: str | None = None, traces_dir: str | None = Non
     """Run (or read) every experiment, evaluate every bound, print the table; the exit status."""
     try:
         experiments, bounds = load_bounds(paths)
+        if traces_dir is not None and not Path(traces_dir).is_dir():   # else every experiment reran unnoticed
+            raise BoundsError(f"--traces {traces_dir}: is not a directory")
         exe = exe or default_fp4drift()
         needed = [n for n in experiments if any(n in b.experiments() for b in bounds)]
         loaded = {}

@@ -190,6 +190,10 @@ def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, la
     each with its fitted power law (dashed) and exponent with 95% CI in the legend."""
     _check_out(out)
     pairs = _mlp_pairs(paths, recipes)
+    for label, t, run in pairs:   # an index past the layers was an IndexError traceback
+        if not -t.layers <= layer < t.layers:
+            raise ValueError(f"{label}: layer {layer} does not exist ({t.layers} layers: 0..{t.layers - 1}, "
+                             "or -1 for the last)")
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (label, t, run) in enumerate(pairs):
         _growth_line(ax, t.compare_step.astype(float), run.weight_rel_error[:, layer], f"C{i % 10}", label, method)

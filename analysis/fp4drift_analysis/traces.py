@@ -8,7 +8,10 @@ this one."""
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +27,25 @@ PROVENANCE_KEYS = ("fp4drift_version", "git_commit", "command_line", "host", "ba
 
 class SchemaError(ValueError):
     """The file is not an fp4drift output of a schema version this package understands."""
+
+
+@contextmanager
+def _open(path: str):
+    """h5py.File(path, "r") for the loaders, with errors that name the file: h5py says "Unable
+    to synchronously open file (... errno = 2 ...)" for a missing file, and a KeyError without
+    the file ("object 'step' doesn't exist") for a trace that lacks a dataset."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a trace file")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    with h5py.File(path, "r") as f:
+        try:
+            yield f
+        except KeyError as e:
+            what = str(e.args[0]) if e.args else str(e)
+            m = re.search(r"object '([^']+)' doesn't exist", what)
+            raise SchemaError(f"{path}: not a complete fp4drift trace "
+                              f"({'no ' + repr(m.group(1)) + ' where its schema has one' if m else what})") from e
 
 
 def _str(v) -> str:
@@ -126,7 +148,7 @@ def _ordered(g: h5py.Group) -> list[str]:
 
 def load_quantize(path: str) -> QuantizeResult:
     """Load the statistics of an `fp4drift quantize` output (tensors stay in the file)."""
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         _check_schema(f, "fp4drift.quantize")
         result = QuantizeResult(path=path, attrs=dict(f.attrs))
         for name in _ordered(f["recipes"]):
@@ -177,7 +199,7 @@ class GemmResult(_Provenance):
 
 def load_gemm(path: str) -> GemmResult:
     """Load the per-recipe error split of an `fp4drift gemm` output (tensors stay in the file)."""
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         _check_schema(f, "fp4drift.gemm")
         result = GemmResult(path=path, attrs=dict(f.attrs))
         for name in _ordered(f["recipes"]):
@@ -330,7 +352,7 @@ class MlpRun(_RunConfig):
 def load_run(path: str, allow_incomplete: bool = False):
     """Load an `fp4drift run` trace: SumDotRun (sum, dot) or MlpRun (mlp). An mlp run that was
     interrupted or failed is refused unless allow_incomplete (its data ends at the last flush)."""
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         _check_schema(f, "fp4drift.run", allow_incomplete)
         if "mlp" in f:
             g = f["mlp"]
@@ -387,7 +409,7 @@ def register_loader(schema: str, versions: set[int], loader: Callable) -> None:
 
 
 def schema_of(path: str) -> str:
-    with h5py.File(path, "r") as f:
+    with _open(path) as f:
         schema = f.attrs.get("schema")
     if schema is None:
         raise SchemaError(f"{path}: not an fp4drift output (no schema attribute)")

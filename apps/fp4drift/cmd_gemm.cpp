@@ -78,6 +78,7 @@ Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, s
   if (!input.empty()) {
     const TensorSource src = parse_tensor_source(input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
+    refuse_output_over_input(a.out, src.file);
     Matrix m = read_matrix(src);
     if (m.rows != rows || m.cols != cols)
       throw UsageError("operand " + name + " from " + src.text() + " is " + std::to_string(m.rows) + " x " +

@@ -155,6 +155,7 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
   if (!a.input.empty()) {
     const TensorSource src = parse_tensor_source(a.input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
+    refuse_output_over_input(a.out, src.file);
     x = read_matrix(src, &dims);
     source = src.text();
   } else {

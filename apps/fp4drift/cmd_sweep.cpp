@@ -6,6 +6,7 @@
 // Exit status: 0 every run complete, 1 some failed (the message says how many), 2 bad input,
 // 130 interrupted.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
@@ -37,6 +38,10 @@ int run_sweep(const SweepArgs& a, const std::string& command_line) {
     return 0;
   }
   if (out.empty()) throw UsageError(a.sweep + " names no output directory (key 'out'): give --out DIR");
+  // Otherwise create_directories fails deep in the runner with exit status 1 and a bare
+  // "filesystem error".
+  if (std::filesystem::exists(out) && !std::filesystem::is_directory(out))
+    throw UsageError("output directory '" + out + "' is not a directory (the sweep writes its runs and sweep.h5 under it)");
   require_backend(s.backend);
   if (const int ws = sweep::launcher_world_size(); ws > 1 || ws < 0) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
   return sweep::run_local(s, out, static_cast<int>(s.workers), command_line);

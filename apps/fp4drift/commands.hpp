@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -30,6 +31,14 @@ int run_bench_mlp_ref(std::int64_t width, std::int64_t batch, int layers, int re
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// The output replaces --out by a rename when complete: if --out is the input file, the input
+// (with every other dataset in it) would be gone. UsageError then.
+inline void refuse_output_over_input(const std::string& out, const std::string& input_file) {
+  std::error_code ec;
+  if (!out.empty() && std::filesystem::equivalent(out, input_file, ec))
+    throw UsageError("--out " + out + " is also the input file " + input_file + ": the output would replace it");
+}
 
 // --backend: "cpu" or "cuda"; cuda needs a CUDA build and a usable device (UsageError with
 // the reason otherwise). backend.cpp.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <new>
 
 #include "commands.hpp"
 #include "trace/h5.hpp"
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       return run();
+    } catch (const std::bad_alloc&) {
+      // what() is only "std::bad_alloc", which does not tell a user what to change.
+      std::cerr << "fp4drift: error: out of memory (the input or the sizes asked for need more memory than is available)\n";
+      return 1;
     } catch (const std::exception& e) {
       // Bad input (usage, invalid values, unreadable or malformed files) exits 2; anything
       // else that stopped the run exits 1.

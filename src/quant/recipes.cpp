@@ -109,6 +109,13 @@ std::vector<std::string> expand_names(const std::vector<std::string>& lists, con
       }
     }
   }
+  // An empty or comma-only list ran no recipe at all: an empty table, exit 0 and an output
+  // file marked complete that holds no result.
+  if (out.empty()) {
+    std::string given;
+    for (const std::string& list : lists) given += (given.empty() ? "" : ",") + list;
+    throw std::invalid_argument("the recipe list '" + given + "' names no recipe");
+  }
   return out;
 }
 

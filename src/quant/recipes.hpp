@@ -24,6 +24,7 @@ const NamedRecipe& preset(std::string_view name);
 std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names);
 // The same for any list of names: "all" expands to `all`, every other name is passed to
 // `validate` (which throws for an unknown one). Used by the quantize and GEMM recipe lists.
+// std::invalid_argument when the lists name no recipe at all ("", ",").
 std::vector<std::string> expand_names(const std::vector<std::string>& lists, const std::vector<std::string>& all,
                                       const std::function<void(const std::string&)>& validate);
 

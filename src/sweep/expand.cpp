@@ -209,6 +209,8 @@ Sweep expand_sweep(const std::string& sweep_text, const std::string& sweep_sourc
 
 namespace {
 std::string read_file(const std::string& path, const std::string& what) {
+  // A directory opens and reads as empty text, which then fails as "missing key 'base'".
+  if (std::filesystem::is_directory(path)) throw ConfigError("cannot read " + what + " '" + path + "': it is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw ConfigError("cannot read " + what + " '" + path + "'");
   std::ostringstream ss;

@@ -13,6 +13,15 @@ OutputFile::OutputFile(const std::string& path, const std::string& schema, int s
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent))
     throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
+  // OUT.partial is renamed over OUT at the end. A rename replaces a FIFO or a device node (run
+  // as root, --out /dev/null replaced /dev/null with the trace) and fails on a directory only
+  // once all the work is done: refuse both here, before any work.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st)) throw std::invalid_argument("output '" + path + "' is a directory");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw std::invalid_argument("output '" + path + "' is not a regular file (the output is written as '" + path +
+                                ".partial' and renamed over it)");
   out_.emplace(path);
   file_.emplace(h5::File::create(out_->temp_path()));
   h5::Group r = file_->root();

@@ -14,7 +14,8 @@ namespace fp4d {
 class OutputFile {
  public:
   // An empty path means no output: enabled() is false and nothing is written. Throws
-  // std::invalid_argument when the directory does not exist.
+  // std::invalid_argument when the directory does not exist, or when the path exists and is
+  // not a regular file (a directory, FIFO or device would be replaced or fail at the end).
   OutputFile(const std::string& path, const std::string& schema, int schema_version, const std::string& command_line);
   bool enabled() const { return file_.has_value(); }
   h5::Group root() const { return file_->root(); }

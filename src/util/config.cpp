@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -207,6 +208,9 @@ Config Config::parse(const std::string& text, const std::string& source_name) {
 }
 
 Config Config::load(const std::string& path) {
+  // An ifstream opens a directory and reads nothing: it would parse as an empty config and
+  // fail later with a misleading "missing key".
+  if (std::filesystem::is_directory(path)) throw ConfigError("config file '" + path + "' is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw ConfigError("cannot read config file '" + path + "'");
   std::ostringstream ss;

@@ -351,3 +351,40 @@ def test_fit_and_bias_commands(mlp_traces, run_traces) -> None:
     r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "bias", str(mlp_traces[0])],
                        capture_output=True, text=True, cwd=cwd)
     assert r.returncode == 2 and "sum/dot" in r.stderr
+
+
+@pytest.mark.parametrize("command,extra,want", [
+    ("plot-growth", ["--layer", "3"], "layer 3 does not exist"),
+    ("plot-growth", ["--layer", "-4"], "layer -4 does not exist"),
+    ("plot-stats", ["--smooth", "0"], "--smooth: must be an integer >= 1, got '0'"),
+    ("ablation", ["--window", "0"], "--window: must be an integer >= 1, got '0'"),
+    ("ablation", ["--window", "-5"], "--window: must be an integer >= 1, got '-5'"),
+])
+def test_plot_options_out_of_range_are_bad_input(mlp_traces, tmp_path: Path, command: str, extra: list,
+                                                 want: str) -> None:
+    # --layer 3 of a 3-layer trace ended in an IndexError traceback (exit 1); --smooth 0 drew NaN
+    # curves and --window 0 (or -5) averaged the whole run instead of its last steps, with exit 0.
+    out = tmp_path / "p.png"
+    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", command, str(mlp_traces[0]), "--out", str(out),
+                        *extra], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+    assert r.returncode == 2, r.stderr
+    assert want in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_cli_names_the_file_that_is_missing_a_directory_or_damaged(mlp_traces, tmp_path: Path) -> None:
+    # A missing file or a directory gave h5py's "Unable to synchronously open file (... errno =
+    # 2, ... flags = 0, o_flags = 0)"; a trace lacking a dataset gave h5py's KeyError "object
+    # 'step' doesn't exist" without the file, which among several traces does not say which.
+    damaged = tmp_path / "damaged.h5"
+    with h5py.File(mlp_traces[0]) as src, h5py.File(damaged, "w") as f:
+        for k, v in src.attrs.items():
+            f.attrs[k] = v
+        f.create_group("mlp")
+    cwd = Path(__file__).resolve().parents[2] / "analysis"
+    for path, want in ((tmp_path / "nope.h5", "no such file"), (tmp_path, "is a directory"),
+                       (damaged, "not a complete fp4drift trace")):
+        r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "fit", str(mlp_traces[0]), str(path)],
+                           capture_output=True, text=True, cwd=cwd)
+        assert r.returncode == 2, r.stderr
+        assert f"error: {path}: {want}" in r.stderr and "synchronously" not in r.stderr and "Traceback" not in r.stderr

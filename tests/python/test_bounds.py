@@ -169,3 +169,14 @@ def test_a_shortened_run_is_not_taken_for_the_experiment(tmp_path: Path) -> None
     assert B._trace_matches(short, Trace("fp4drift run c.toml --steps 100")) is None
     assert B._trace_matches(short, Trace("fp4drift run c.toml --steps 99")) == "it was run with another --steps"
     assert B._trace_matches(short, Trace("fp4drift run c.toml")) == "it was not run with --steps"
+
+
+def test_traces_dir_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
+    # --traces naming no directory was ignored: every experiment ran instead of being read, and
+    # a mistyped directory went unnoticed.
+    f = tmp_path / "b.toml"
+    f.write_text(SUM_RN + BOUND.format(name="stagnation", limits="min = 2049\nmax = 2049"))
+    r = run_check(str(f), "--traces", str(tmp_path / "no-such-dir"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--traces" in r.stderr and "no-such-dir" in r.stderr and "is not a directory" in r.stderr
+    assert "experiment rn" not in r.stdout

@@ -1,5 +1,6 @@
 // The fp4drift CLI as a user meets it: exit codes, one-line errors, and never a partial
 // output file that looks complete.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -527,4 +528,95 @@ TEST_CASE("run mlp: a diverging run is reported as such, with the step") {
   CHECK(at > 0);
   CHECK(at < 60);
   CHECK(f.root().open_group("mlp/reference").get_attr_int64("first_nonfinite_step") > 0);
+}
+
+TEST_CASE("a recipe list that names no recipe is refused, not run as an empty table") {
+  // --recipe "" or "," used to expand to no recipe at all: exit 0, an empty table and an
+  // output file with status "complete" that holds no result.
+  TempDir t;
+  const std::string out = t.file("o.h5");
+  for (const std::string args : {"quantize --generate normal --shape 16x16 --recipe ''",
+                                 "quantize --generate normal --shape 16x16 --recipe ,",
+                                 "gemm --m 16 --n 16 --k 16 --recipe ''", "gemm --m 16 --n 16 --k 16 --recipe ,,"}) {
+    INFO(args);
+    const Result r = run(args + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("names no recipe") != std::string::npos);
+    require_no_output(out);
+  }
+}
+
+TEST_CASE("--out naming something that is not a regular file is refused before any work") {
+  // The output is written as OUT.partial and renamed over OUT. A rename replaces a FIFO or a
+  // device node (run as root, --out /dev/null replaced /dev/null with the trace) and fails on
+  // a directory only once the whole computation is done.
+  TempDir t;
+  const std::string fifo = t.file("pipe.h5"), dir = t.file("dir.h5");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_directory(dir);
+  const std::string cfg = write_text(t, "s.toml", kStagnatingSum);
+  for (const std::string& target : std::vector<std::string>{fifo, dir})
+    for (const std::string& args : std::vector<std::string>{"quantize --generate normal --shape 16x16",
+                                                         "gemm --m 16 --n 16 --k 16", "run " + cfg}) {
+      INFO(args << " --out " << target);
+      const Result r = run(args + " --out " + target);
+      CHECK(r.status == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.find(target) != std::string::npos);
+      CHECK(r.err.find(target == dir ? "is a directory" : "is not a regular file") != std::string::npos);
+      CHECK_FALSE(fs::exists(target + ".partial"));
+    }
+  CHECK(fs::is_fifo(fifo));
+  CHECK(fs::is_directory(dir));
+}
+
+TEST_CASE("--out naming the --input file is refused: the input would be replaced") {
+  TempDir t;
+  const std::string in = t.file("in.h5");
+  write_tensor(in, std::vector<float>(16 * 16, 1.0f), {16, 16});
+  for (const std::string& args : std::vector<std::string>{
+           "quantize --input " + in + ":/x --out " + in,
+                                  "quantize --input " + in + ":/x --out " + t.path.string() + "/./in.h5",
+                                  "gemm --m 16 --n 16 --k 16 --input-second " + in + ":/x --out " + in}) {
+    INFO(args);
+    const Result r = run(args);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("is also the input") != std::string::npos);
+    CHECK_FALSE(fs::exists(in + ".partial"));
+  }
+  fp4d::h5::File f = fp4d::h5::File::open_read(in);
+  CHECK(f.root().is_dataset("x"));
+  CHECK_FALSE(f.root().has_attr("schema"));
+}
+
+TEST_CASE("sweep --out naming a file is refused as bad input") {
+  // It used to stop with exit status 1 and "filesystem error: cannot create directories".
+  TempDir t;
+  const std::string file = write_text(t, "not-a-dir", "x");
+  const Result r = run("sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --out " + file);
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find(file + "' is not a directory") != std::string::npos);
+}
+
+TEST_CASE("run and sweep: a directory given as the config or sweep file is refused as such") {
+  TempDir t;
+  for (const std::string sub : {"run", "sweep"}) {
+    const Result r = run(sub + " " + t.path.string() + " --out " + t.file("o.h5"));
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("is a directory") != std::string::npos);
+  }
+}
+
+TEST_CASE("a size that does not fit in memory says so, not 'std::bad_alloc'") {
+  TempDir t;
+  const std::string out = t.file("q.h5");
+  const Result r = run("quantize --generate normal --shape 100000000x100000000 --out " + out);  // 4e16 bytes
+  CHECK(r.status == 1);  // the input is well formed; the machine is too small
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("out of memory") != std::string::npos);
+  require_no_output(out);
 }

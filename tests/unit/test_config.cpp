@@ -1,5 +1,6 @@
 // The config reader (util/config.hpp): the TOML subset it accepts, the values it returns, and
 // every way a config can be wrong, each refused with the file, line and key in the message.
+#include <filesystem>
 #include <string>
 
 #include "support/catch.hpp"
@@ -94,4 +95,13 @@ TEST_CASE("config: malformed files are refused with the line") {
     CHECK(contains(e, "bad.toml:"));
   }
   CHECK(contains(config_error_of([] { Config::load("/nonexistent/x.toml"); }), "cannot read config file"));
+}
+
+TEST_CASE("config: a directory given as the config file is refused as such") {
+  // An ifstream opens a directory and reads nothing, so it used to parse as an empty config
+  // and fail later with "missing key 'workload'", which points the user at the wrong problem.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string e = config_error_of([&] { Config::load(dir); });
+  CHECK(contains(e, dir));
+  CHECK(contains(e, "is a directory"));
 }
