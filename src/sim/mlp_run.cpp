@@ -77,7 +77,16 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   try {
     validate(m);
   } catch (const std::invalid_argument& e) {
-    throw ConfigError(cfg.source() + ": " + e.what() + (steps > 0 ? " (with --steps " + std::to_string(steps) + ")" : std::string()));
+    // validate says "mlp: FIELD why": name the config key with its line where the config
+    // sets it (total_steps is mlp.steps, or --steps).
+    const std::string msg = e.what(), with_steps = steps > 0 ? " (with --steps " + std::to_string(steps) + ")" : "";
+    if (msg.rfind("mlp: ", 0) == 0) {
+      const std::size_t sp = msg.find(' ', 5);
+      const std::string field = msg.substr(5, sp == std::string::npos ? std::string::npos : sp - 5);
+      const std::string key = "mlp." + (field == "total_steps" ? std::string("steps") : field);
+      if (cfg.has(key) && sp != std::string::npos) cfg.require(false, key, msg.substr(sp + 1) + with_steps);
+    }
+    throw ConfigError(cfg.source() + ": " + msg + with_steps);
   }
 
   r.recipes = cfg.get_strings("recipes.names", r.recipes);
@@ -86,6 +95,11 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     for (std::size_t j = 0; j < i; ++j)
       cfg.require(r.recipes[i] != r.recipes[j], "recipes.names", "lists '" + r.recipes[i] + "' twice");
   r.edge_recipe = cfg.get_string("recipes.edge_recipe", r.edge_recipe);
+  try {
+    (void)gemm_recipe(r.edge_recipe);  // as RecipeGemm reads it (else blamed on recipes.names below)
+  } catch (const std::invalid_argument& e) {
+    cfg.require(false, "recipes.edge_recipe", e.what());
+  }
   for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
                 "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");

@@ -20,6 +20,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
+#include "support/config_error.hpp"
 #include "support/trace_datasets.hpp"
 
 using namespace fp4d;
@@ -851,4 +852,23 @@ TEST_CASE("mlp: a nested evaluation inside a GemmFn leaves the outer step unchan
     REQUIRE(state_bit_equal(plain, viafn));
   }
   CHECK(nested_calls > 0);
+}
+
+// Config errors of the mlp workload name the file, the line and the key, including those that
+// MlpSpec's validate finds and an unknown edge recipe.
+TEST_CASE("mlp: parse_mlp_run names the key and line of a bad value", "[mlp]") {
+  using fp4d_test::config_error_of;
+  const std::string head = "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 10\n";
+  const auto error_of = [](const std::string& text, std::int64_t steps = 0) {
+    return config_error_of([&] {
+      Config c = Config::parse(text, "t.toml");
+      (void)parse_mlp_run(c, steps);
+    });
+  };
+  CHECK(error_of(head + "lr = -1\n") == "t.toml:6: 'mlp.lr': must be > 0 and finite");
+  CHECK(error_of(head + "momentum = 1.5\n") == "t.toml:6: 'mlp.momentum': must be in [0, 1)");
+  CHECK(error_of(head + "warmup_steps = 20\n", 5) == "t.toml:6: 'mlp.warmup_steps': must be <= total_steps (with --steps 5)");
+  const std::string e = error_of(head + "[recipes]\nnames = [\"nvfp4\"]\nedge_recipe = \"nvfp4x\"\n");
+  CHECK(e.rfind("t.toml:8: 'recipes.edge_recipe': unknown GEMM recipe 'nvfp4x'", 0) == 0);
+  CHECK(error_of(head).empty());
 }
