@@ -438,7 +438,7 @@ TEST_CASE("run mlp: output rules and config errors") {
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm = \"layernorm\"\n", "mlp.norm"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nnorm_eps = 0\n", "norm_eps"},
       {"workload = \"mlp\"\n[mlp]\nwidths = [16, 8]\nbatch = 16\nresidual = 1\n", "mlp.residual"},
-      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nresidual = true\n", "residual is set but no hidden layer"},
+      {"workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nresidual = true\n", "'mlp.residual': is set but no hidden layer"},
   };
   for (const auto& [text, want] : cases) {
     INFO(text);
