@@ -275,6 +275,16 @@ std::vector<T> rmsnorm_backward(const std::vector<T>& dy, const std::vector<T>& 
 
 // Forward and backward on batch `step`; returns the loss (accumulated in the wider of T and
 // double from the T outputs). grads, if given, receives dW_l (rows_l x in).
+// Counts the calls of a function in progress on this thread (for its reuse of thread-local
+// buffers: only the outermost call uses them).
+struct CallDepth {
+  int& d;
+  explicit CallDepth(int& x) : d(x) { ++d; }
+  ~CallDepth() { --d; }
+  CallDepth(const CallDepth&) = delete;
+  CallDepth& operator=(const CallDepth&) = delete;
+};
+
 // forward_backward's per-layer arrays, kept between steps (see there).
 template <class T>
 struct StepBuffers {
@@ -311,11 +321,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
   static thread_local int depth = 0;
   StepBuffers<T> nested;
   StepBuffers<T>& ws = depth == 0 ? outer : nested;
-  struct Depth {
-    int& d;
-    explicit Depth(int& x) : d(x) { ++d; }
-    ~Depth() { --d; }
-  } in_call(depth);
+  const CallDepth in_call(depth);
   ws.size(static_cast<std::size_t>(L));
   auto& h = ws.h;
   auto& a = ws.a;
@@ -609,11 +615,7 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
   static thread_local int depth = 0;
   std::vector<std::vector<T>> nested_g;
   std::vector<std::vector<T>>& g = depth == 0 ? outer_g : nested_g;
-  struct Depth {
-    int& d;
-    explicit Depth(int& x) : d(x) { ++d; }
-    ~Depth() { --d; }
-  } in_call(depth);
+  const CallDepth in_call(depth);
   StepStats stats;
   stats.loss = forward_backward<T>(s, state.w, state.step, gemm, &g);
 

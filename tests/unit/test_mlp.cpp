@@ -272,13 +272,32 @@ TEST_CASE("mlp: swiglu, rmsnorm and residual backward passes match central finit
     }
 }
 
+namespace {
+// The plain float32 product of a GemmFn call in its role's documented orientation
+// (sim/mlp.hpp): c = 0; c += a b in ascending reduction index. Fprop: first [M x in],
+// second W [out x in] -> M x out; Dgrad: dZ [M x out], W [out x in] -> M x in; Wgrad:
+// H [M x in], dZ [M x out] -> in x out (= dW^T).
+Matrix plain_float32_product(GemmRole role, const Matrix& a, const Matrix& b) {
+  const bool wgrad = role == GemmRole::Wgrad, fprop = role == GemmRole::Fprop;
+  const std::int64_t rows = wgrad ? a.cols : a.rows, cols = fprop ? b.rows : b.cols, K = wgrad ? a.rows : a.cols;
+  Matrix r(rows, cols);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < K; ++k) acc += (wgrad ? a(k, i) : a(i, k)) * (fprop ? b(j, k) : b(k, j));
+      r(i, j) = acc;
+    }
+  return r;
+}
+}  // namespace
+
 // 2. The GemmFn plumbing: a GemmFn computing the plain float32 product in the documented
 //    orientation of each role (c = 0; c += a b in ascending reduction index) reproduces the
 //    built-in float path bit for bit, and is called with the right roles, layers, steps and
 //    operand shapes, in the order fprop 0..L-1, then (wgrad l, dgrad l) for l = L-1..1, wgrad 0.
-//    The second shape has reductions longer than the kernel's k-block (128: fprop 300 and
-//    136, wgrad 160), so the blocked kernel's store-and-reload between k-blocks is covered:
-//    it must not change any element's order.
+//    The second shape has a reduction longer than the kernel's k-block (256: fprop 300), so
+//    the blocked kernel's store-and-reload between k-blocks is covered: it must not change
+//    any element's order (tests/unit/test_dense_gemm.cpp covers the kernel on its own).
 TEST_CASE("mlp: a plain float32 GemmFn reproduces the built-in float path bit for bit", "[mlp]") {
   for (const bool long_k : {false, true})
   for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW}) {
@@ -299,39 +318,18 @@ TEST_CASE("mlp: a plain float32 GemmFn reproduces the built-in float path bit fo
       const std::int64_t in = s.widths[static_cast<std::size_t>(c.layer)];
       const std::int64_t out = s.widths[static_cast<std::size_t>(c.layer) + 1];
       calls.push_back(to_string(c.role) + std::to_string(c.layer));
-      Matrix r;
       switch (c.role) {
         case GemmRole::Fprop:  // H [M x in], W [out x in] -> M x out
           REQUIRE((a.rows == M && a.cols == in && b.rows == out && b.cols == in));
-          r = Matrix(M, out);
-          for (std::int64_t i = 0; i < M; ++i)
-            for (std::int64_t j = 0; j < out; ++j) {
-              float acc = 0.0f;
-              for (std::int64_t k = 0; k < in; ++k) acc += a(i, k) * b(j, k);
-              r(i, j) = acc;
-            }
           break;
         case GemmRole::Dgrad:  // dZ [M x out], W [out x in] -> M x in
           REQUIRE((a.rows == M && a.cols == out && b.rows == out && b.cols == in));
-          r = Matrix(M, in);
-          for (std::int64_t i = 0; i < M; ++i)
-            for (std::int64_t j = 0; j < in; ++j) {
-              float acc = 0.0f;
-              for (std::int64_t k = 0; k < out; ++k) acc += a(i, k) * b(k, j);
-              r(i, j) = acc;
-            }
           break;
         case GemmRole::Wgrad:  // H [M x in], dZ [M x out] -> in x out (= dW^T)
           REQUIRE((a.rows == M && a.cols == in && b.rows == M && b.cols == out));
-          r = Matrix(in, out);
-          for (std::int64_t i = 0; i < in; ++i)
-            for (std::int64_t j = 0; j < out; ++j) {
-              float acc = 0.0f;
-              for (std::int64_t k = 0; k < M; ++k) acc += a(k, i) * b(k, j);
-              r(i, j) = acc;
-            }
           break;
       }
+      const Matrix r = plain_float32_product(c.role, a, b);
       return r;
     };
     auto plain = init_state<float>(s);
@@ -813,37 +811,7 @@ TEST_CASE("mlp: a nested evaluation inside a GemmFn leaves the outer step unchan
     (void)loss_and_gradients<float>(s, side.w, 1000 + c.step, nullptr, &grads);
     (void)train_step<float>(s, side, nullptr);
     ++nested_calls;
-    Matrix r;
-    switch (c.role) {  // the plain float32 product, as test 2 above
-      case GemmRole::Fprop:
-        r = Matrix(a.rows, b.rows);
-        for (std::int64_t i = 0; i < a.rows; ++i)
-          for (std::int64_t j = 0; j < b.rows; ++j) {
-            float acc = 0.0f;
-            for (std::int64_t k = 0; k < a.cols; ++k) acc += a(i, k) * b(j, k);
-            r(i, j) = acc;
-          }
-        break;
-      case GemmRole::Dgrad:
-        r = Matrix(a.rows, b.cols);
-        for (std::int64_t i = 0; i < a.rows; ++i)
-          for (std::int64_t j = 0; j < b.cols; ++j) {
-            float acc = 0.0f;
-            for (std::int64_t k = 0; k < a.cols; ++k) acc += a(i, k) * b(k, j);
-            r(i, j) = acc;
-          }
-        break;
-      case GemmRole::Wgrad:
-        r = Matrix(a.cols, b.cols);
-        for (std::int64_t i = 0; i < a.cols; ++i)
-          for (std::int64_t j = 0; j < b.cols; ++j) {
-            float acc = 0.0f;
-            for (std::int64_t k = 0; k < a.rows; ++k) acc += a(k, i) * b(k, j);
-            r(i, j) = acc;
-          }
-        break;
-    }
-    return r;
+    return plain_float32_product(c.role, a, b);
   };
   for (int k = 0; k < 3; ++k) {
     const StepStats x = train_step<float>(s, plain, nullptr);
