@@ -154,7 +154,8 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
   };
   const Line lines[] = {{"amax + quantize", r.amax_and_quantize_s, counted, moved},
                         {"quantize only", r.quantize_only_s, counted, counted},
-                        {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()}};
+                        {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()},
+                        {"amax + quantize, reverse", r.amax_and_quantize_reverse_s, counted, moved}};
   auto gbps = [](double bytes, double s) { return bytes / s * 1e-9; };
   if (a.json) {
     Json j(std::cout);
@@ -180,14 +181,14 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
   std::printf("  (a) counted: input read once + codes + scales = %.1f MB; (b) moved: amax + quantize also\n"
               "      reads the input a second time = %.1f MB\n", counted / 1e6, moved / 1e6);
   std::printf("  device copy of the input (read + write): %.3f ms, %.1f GB/s\n", r.copy_s * 1e3, copy);
-  std::printf("  %-16s %10s %12s %10s %12s %10s\n", "case", "ms", "GB/s (a)", "copy (a)", "GB/s (b)", "copy (b)");
+  std::printf("  %-24s %10s %12s %10s %12s %10s\n", "case", "ms", "GB/s (a)", "copy (a)", "GB/s (b)", "copy (b)");
   for (const Line& l : lines)
-    std::printf("  %-16s %10.4f %12.1f %9.1f%% %12.1f %9.1f%%\n", l.name, l.seconds * 1e3,
+    std::printf("  %-24s %10.4f %12.1f %9.1f%% %12.1f %9.1f%%\n", l.name, l.seconds * 1e3,
                 gbps(l.bytes_counted, l.seconds), 100 * gbps(l.bytes_counted, l.seconds) / copy,
                 gbps(l.bytes_moved, l.seconds), 100 * gbps(l.bytes_moved, l.seconds) / copy);
   std::printf("  quantize-only variants (bytes (a)):\n");
   for (const auto& [name, s] : r.variants)
-    std::printf("    %-44s %10.4f ms %9.1f GB/s %6.1f%%\n", name.c_str(), s * 1e3, gbps(counted, s),
+    std::printf("    %-52s %10.4f ms %9.1f GB/s %6.1f%%\n", name.c_str(), s * 1e3, gbps(counted, s),
                 100 * gbps(counted, s) / copy);
   return 0;
 #else

@@ -54,6 +54,7 @@ struct QuantArgs {
   float* dequantized;                // rows x cols (unpadded), optional
   std::uint16_t* bf16_unscaled;      // rows x cols (unpadded) BF16 bits of q * S_b, optional
   unsigned long long* clipped;       // optional
+  bool reverse;                      // owner kernel: CTA tiles in reverse order (see cta_tile)
 };
 
 // Input element -> float32. BF16 is the top half of a float32, so the conversion is exact.
@@ -96,9 +97,13 @@ struct Vec16<float> {
   static __device__ __forceinline__ std::uint32_t key(const float4& v) {
     return max(max(amax_key_dev(v.x), amax_key_dev(v.y)), max(amax_key_dev(v.z), amax_key_dev(v.w)));
   }
+  // The max of the |x| bit patterns, NaNs included (above 0x7f800000 iff some x is a NaN).
+  static __device__ __forceinline__ std::uint32_t raw_key(const float4& v) {
+    return max(max(float_bits(v.x) & 0x7fffffffu, float_bits(v.y) & 0x7fffffffu),
+               max(float_bits(v.z) & 0x7fffffffu, float_bits(v.w) & 0x7fffffffu));
+  }
   static __device__ __forceinline__ std::uint32_t block_key(const float4& v) {
-    const std::uint32_t m = max(max(float_bits(v.x) & 0x7fffffffu, float_bits(v.y) & 0x7fffffffu),
-                                max(float_bits(v.z) & 0x7fffffffu, float_bits(v.w) & 0x7fffffffu));
+    const std::uint32_t m = raw_key(v);
     return m <= 0x7f800000u ? m : key(v);
   }
 };
@@ -119,10 +124,13 @@ struct Vec16<std::uint16_t> {
                                       __vmaxu2(bf16x2_keys(v.z), bf16x2_keys(v.w)));
     return bf16x2_key_max(k2);
   }
-  static __device__ __forceinline__ std::uint32_t block_key(const uint4& v) {
+  static __device__ __forceinline__ std::uint32_t raw_key(const uint4& v) {
     const std::uint32_t m2 = __vmaxu2(__vmaxu2(v.x & 0x7fff7fffu, v.y & 0x7fff7fffu),
                                       __vmaxu2(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu));
-    const std::uint32_t m = bf16x2_key_max(m2);
+    return bf16x2_key_max(m2);
+  }
+  static __device__ __forceinline__ std::uint32_t block_key(const uint4& v) {
+    const std::uint32_t m = raw_key(v);
     return m <= 0x7f800000u ? m : key(v);
   }
 };
@@ -331,17 +339,28 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
   else reinterpret_cast<uint2*>(out)[v] = make_uint2(w[0], w[1]);
 }
 
+// Scales of one 1x16 block from its amax key (the max of its elements' keys, NaN -> 0, which
+// is the block amax the reference's max_ignore_nan fold from 0 gives).
+struct BlockScale {
+  std::uint8_t s;  // E4M3 code of S_b
+  float e_b;       // encode scale
+};
+__device__ __forceinline__ BlockScale block_scale(std::uint32_t key, const GlobalScale& g, bool legacy) {
+  const std::uint8_t s = nvfp4_block_scale_code(bits_float(key), g.encode, legacy);
+  return {s, nvfp4_block_encode_scale(s, g.decode)};
+}
+
+// One lane's part of a block (its 16-byte vector v), the block's scales given. no_nan: the
+// caller has checked that no element of the block is a NaN (warp-uniform), so RNE can use
+// e2m1_rne_not_nan (the NaN select dropped).
 template <class In, Rounding R, bool Extras>
 __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& raw, std::int64_t v, bool in,
-                                                  const GlobalScale& g, const QuantArgs& a) {
+                                                  BlockScale bs, bool no_nan, const GlobalScale& g,
+                                                  const QuantArgs& a) {
   using V = Vec16<In>;
-  constexpr int N = V::kElems, kLanes = kBlock / N;
-  std::uint32_t key = V::block_key(raw);
-#pragma unroll
-  for (int m = 1; m < kLanes; m <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
-  // The max of the keys is the block amax the reference's max_ignore_nan fold from 0 gives.
-  const std::uint8_t s = nvfp4_block_scale_code(bits_float(key), g.encode, a.legacy);
-  const float e_b = nvfp4_block_encode_scale(s, g.decode);
+  constexpr int N = V::kElems;
+  const std::uint8_t s = bs.s;
+  const float e_b = bs.e_b;
   float e[N], y[N];
   V::unpack(raw, e);
   unsigned clipped = 0;
@@ -359,14 +378,18 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
   }
   const auto first = static_cast<std::uint64_t>(v) * N;
   std::uint8_t q[N];
-  round_lane<R, N>(y, a.r, first, q);
+  if (R == Rounding::NearestEven && !Extras && no_nan) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) q[j] = e2m1_rne_not_nan(y[j]);
+  } else {
+    round_lane<R, N>(y, a.r, first, q);
+  }
   if (!in) return 0;
   std::uint32_t packed = 0;
 #pragma unroll
   for (int j = 0; j < N; ++j) packed |= static_cast<std::uint32_t>(q[j]) << (4 * j);
   if constexpr (N == 8) reinterpret_cast<std::uint32_t*>(a.codes)[v] = packed;
   else reinterpret_cast<std::uint16_t*>(a.codes)[v] = static_cast<std::uint16_t>(packed);
-  if (v % kLanes == 0) a.scales[v / kLanes] = s;
   if (a.bf16_unscaled) store_unscaled<N>(q, s, a.bf16_unscaled, v);
   if constexpr (Extras) {
     if (a.dequantized) {
@@ -380,10 +403,101 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
   return clipped;
 }
 
+// Whether any element of the 16-byte vector is a NaN (its |x| bits above Inf's).
+template <class In>
+__device__ __forceinline__ bool has_nan(const typename Vec16<In>::T& v) {
+  return Vec16<In>::raw_key(v) > 0x7f800000u;
+}
+
+// The global scale, computed once per CTA (two IEEE divisions) and shared.
+__device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a) {
+  __shared__ GlobalScale shared_g;
+  if (threadIdx.x == 0) shared_g = kernel_global(a);
+  __syncthreads();
+  return shared_g;
+}
+
+// The CTA's tile: in reverse order when asked (a.reverse), so that a quantize launched right
+// after the amax pass, which streams the tensor front to back, starts on the tail that is
+// still in L2.
+__device__ __forceinline__ std::int64_t cta_tile(const QuantArgs& a) {
+  return a.reverse ? static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x : blockIdx.x;
+}
+
+// The lanes kernel with one owner lane per block (the default): a thread holds kLanes
+// vectors (BF16: 2, float: 4), one piece of each of kLanes blocks that the same kLanes
+// consecutive lanes share. The block amaxes are reduce-scattered (log2(kLanes) steps of
+// __shfl_xor), lane j of the group computes the scales of block j only (the E4M3 encode,
+// decode and the IEEE division once per block instead of once per lane) and writes its
+// scale byte, and the encode scales are broadcast back. Blocks without a NaN (one vote per
+// warp) take e2m1_rne_not_nan.
+template <class In, Rounding R, bool Extras>
+__global__ void __launch_bounds__(kThreads)
+    quantize_1x16_owner_kernel(const typename Vec16<In>::T* __restrict__ xv, std::int64_t nvec, QuantArgs a) {
+  using V = Vec16<In>;
+  using VT = typename V::T;
+  constexpr int kLanes = kBlock / V::kElems, kUnits = kLanes;
+  const std::int64_t base = cta_tile(a) * (kThreads * kUnits) + threadIdx.x;
+  VT raw[kUnits];
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    const std::int64_t v = base + k * kThreads;
+    raw[k] = v < nvec ? __ldcs(xv + v) : VT{};  // out of range: zeros, still in the shuffles
+  }
+  const GlobalScale g = cta_global(a);
+  const int j = static_cast<int>(threadIdx.x) & (kLanes - 1);  // the block this lane owns
+  std::uint32_t key[kUnits];
+  bool nan = false;
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    nan |= has_nan<In>(raw[k]);
+    key[k] = V::block_key(raw[k]);
+  }
+  // Reduce-scatter: at step m the lane keeps the units whose bit m equals its own, taking the
+  // partner's part of them, and hands the partner the others; key[u] and key[u | m] then both
+  // hold the kept value, so after the last step key[j] is block j's amax over all its lanes.
+#pragma unroll
+  for (int m = kLanes / 2; m >= 1; m >>= 1) {
+    const bool upper = (j & m) != 0;
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      if (u & m) continue;
+      const std::uint32_t got = __shfl_xor_sync(0xffffffffu, upper ? key[u] : key[u | m], m);
+      key[u] = key[u | m] = max(upper ? key[u | m] : key[u], got);
+    }
+  }
+  std::uint32_t own = key[0];
+#pragma unroll
+  for (int u = 1; u < kUnits; ++u) own = u == j ? key[u] : own;  // selects, no local memory
+  const BlockScale mine = block_scale(own, g, a.legacy);
+  const std::int64_t v_own = base + j * kThreads;
+  if (v_own < nvec) a.scales[v_own / kLanes] = mine.s;
+  const bool no_nan = !__any_sync(0xffffffffu, nan);
+  unsigned clipped = 0;
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    const std::int64_t v = base + k * kThreads;
+    BlockScale bs;
+    bs.e_b = __shfl_sync(0xffffffffu, mine.e_b, k, kLanes);
+    bs.s = static_cast<std::uint8_t>(__shfl_sync(0xffffffffu, static_cast<unsigned>(mine.s), k, kLanes));
+    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, bs, no_nan, g, a);
+  }
+  if constexpr (Extras) {
+    if (a.clipped) {
+      clipped = __reduce_add_sync(0xffffffffu, clipped);
+      if ((threadIdx.x & 31u) == 0 && clipped) atomicAdd(a.clipped, static_cast<unsigned long long>(clipped));
+    }
+  }
+}
+
+// The previous lanes kernel (a benchmark baseline): every lane of a block computes the block's
+// scales itself, after a butterfly of __shfl_xor; kUnits vectors per thread.
 template <class In, Rounding R, int kUnits, bool Extras>
 __global__ void __launch_bounds__(kThreads)
     quantize_1x16_lanes_kernel(const typename Vec16<In>::T* __restrict__ xv, std::int64_t nvec, QuantArgs a) {
-  using VT = typename Vec16<In>::T;
+  using V = Vec16<In>;
+  using VT = typename V::T;
+  constexpr int kLanes = kBlock / V::kElems;
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kThreads * kUnits) + threadIdx.x;
   VT raw[kUnits];
 #pragma unroll
@@ -396,7 +510,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
     const std::int64_t v = base + k * kThreads;
-    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, g, a);
+    std::uint32_t key = V::block_key(raw[k]);
+#pragma unroll
+    for (int m = 1; m < kLanes; m <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
+    const BlockScale bs = block_scale(key, g, a.legacy);
+    if (v < nvec && v % kLanes == 0) a.scales[v / kLanes] = bs.s;
+    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, bs, false, g, a);
   }
   if constexpr (Extras) {
     if (a.clipped) {
@@ -406,8 +525,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Vectors per thread of the lanes kernel (loads in flight per thread). The benchmark also
-// times 1 and 4 (Nvfp4BenchResult::variants).
+// Vectors per thread of the per-lane-scale kernel (loads in flight per thread), a benchmark
+// baseline now; the benchmark also times 1 and 4 (Nvfp4BenchResult::variants).
 constexpr int kLanesUnits = 2;
 
 int sm_count() {
@@ -479,12 +598,23 @@ void launch_lanes_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStrea
   check(cudaGetLastError(), "quantize_1x16_lanes_kernel launch");
 }
 
+template <class In, Rounding R, bool Extras>
+void launch_owner_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
+  using V = Vec16<In>;
+  constexpr int kUnits = kBlock / V::kElems;
+  const std::int64_t nvec = n / V::kElems;
+  if (nvec == 0) return;
+  quantize_1x16_owner_kernel<In, R, Extras><<<grid_of(nvec, kThreads * kUnits), kThreads, 0, st>>>(
+      reinterpret_cast<const typename V::T*>(d_x), nvec, a);
+  check(cudaGetLastError(), "quantize_1x16_owner_kernel launch");
+}
+
 template <class In, bool Extras>
 void launch_lanes_rounding(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
   switch (a.r.mode) {
-    case Rounding::NearestEven: launch_lanes_t<In, Rounding::NearestEven, kLanesUnits, Extras>(d_x, n, a, st); break;
-    case Rounding::TowardZero: launch_lanes_t<In, Rounding::TowardZero, kLanesUnits, Extras>(d_x, n, a, st); break;
-    case Rounding::Stochastic: launch_lanes_t<In, Rounding::Stochastic, kLanesUnits, Extras>(d_x, n, a, st); break;
+    case Rounding::NearestEven: launch_owner_t<In, Rounding::NearestEven, Extras>(d_x, n, a, st); break;
+    case Rounding::TowardZero: launch_owner_t<In, Rounding::TowardZero, Extras>(d_x, n, a, st); break;
+    case Rounding::Stochastic: launch_owner_t<In, Rounding::Stochastic, Extras>(d_x, n, a, st); break;
   }
 }
 
@@ -496,7 +626,8 @@ void launch_lanes(const In* d_x, std::int64_t rows, std::int64_t cols, const Qua
   else launch_lanes_rounding<In, false>(d_x, rows * cols, a, st);
 }
 
-// Benchmark variants: RNE, device-API path, `units` vectors per thread (1, 2 or 4).
+// Benchmark baselines: the per-lane-scale kernel, RNE, device-API path, `units` vectors per
+// thread (1, 2 or 4).
 template <class In>
 void launch_lanes_rne_units(int units, const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
   switch (units) {
@@ -534,6 +665,7 @@ QuantArgs make_args(GlobalScale g, const std::uint32_t* key, RoundingSpec r, boo
   a.dequantized = nullptr;
   a.bf16_unscaled = bf16_unscaled;
   a.clipped = nullptr;
+  a.reverse = false;
   return a;
 }
 
@@ -608,6 +740,12 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
     launch_amax(dx.p, n, dkey.p, nullptr);
     quantize_1x16_device(dx.p, rows, cols, a, nullptr);
   });
+  QuantArgs reversed = a;
+  reversed.reverse = true;
+  res.amax_and_quantize_reverse_s = time_best(repeat, "amax + quantize in reverse (bench)", [&] {
+    launch_amax(dx.p, n, dkey.p, nullptr);
+    quantize_1x16_device(dx.p, rows, cols, reversed, nullptr);
+  });
   res.quantize_only_s = time_best(repeat, "quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
   res.amax_only_s = time_best(repeat, "amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });
   const std::size_t bytes = un * sizeof(In);
@@ -619,13 +757,13 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   const bool whole_blocks = cols % kBlock == 0;
   for (const int units : {1, 2, 4}) {
     if (!whole_blocks) break;
-    res.variants.push_back({"lanes kernel, " + std::to_string(units) + " x 16 B per thread",
+    res.variants.push_back({"per-lane scales (previous), " + std::to_string(units) + " x 16 B per thread",
                             time_best(repeat, "quantize variant (bench)",
                                       [&] { launch_lanes_rne_units(units, dx.p, n, a, nullptr); })});
   }
   QuantArgs with_bf16 = a;
   with_bf16.bf16_unscaled = dbf16.p;
-  res.variants.push_back({"lanes kernel + BF16 q*S output (+2 B/elem)",
+  res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
                           time_best(repeat, "quantize + bf16 (bench)",
                                     [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
   if constexpr (std::is_same_v<In, float>)
