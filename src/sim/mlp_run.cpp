@@ -53,7 +53,10 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   m.residual = cfg.get_bool("mlp.residual", m.residual);
   m.batch = cfg.get_int("mlp.batch", m.batch);
   m.task = cfg.get_string("mlp.task", m.task);
-  m.seed = static_cast<std::uint64_t>(cfg.get_int("mlp.seed", 1));
+  const std::int64_t seed = cfg.get_int("mlp.seed", 1);
+  // A negative seed would be reinterpreted as a huge unsigned one: refuse it, as sum/dot do.
+  cfg.require(seed >= 0, "mlp.seed", "must be >= 0");
+  m.seed = static_cast<std::uint64_t>(seed);
   m.teacher_width = cfg.get_int("mlp.teacher_width", m.teacher_width);
   m.outlier_fraction = cfg.get_double("mlp.outlier_fraction", m.outlier_fraction);
   m.outlier_scale = cfg.get_double("mlp.outlier_scale", m.outlier_scale);
@@ -103,6 +106,11 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
                 "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");
+    // A repeated layer changes nothing but is recorded in the trace's config twice: most
+    // likely a typo for another layer, so refuse it.
+    cfg.require(std::find(r.high_precision_layers.begin(), r.high_precision_layers.end(), static_cast<int>(l)) ==
+                    r.high_precision_layers.end(),
+                "recipes.high_precision_layers", "layer " + std::to_string(l) + " is listed twice");
     r.high_precision_layers.push_back(static_cast<int>(l));
   }
   for (const std::string& name : r.recipes) {

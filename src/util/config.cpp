@@ -1,5 +1,6 @@
 #include "util/config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -231,10 +232,54 @@ std::string Config::where(const std::string& key) const {
   return out;
 }
 
+namespace {
+// Levenshtein distance (insertions, deletions, substitutions), for "did you mean" hints.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate nearest to `key` within two edits (ties: the first), or "" if none.
+template <class Keys>
+std::string nearest_key(const std::string& key, const Keys& candidates) {
+  std::string best;
+  std::size_t best_d = 3;
+  for (const std::string& c : candidates) {
+    const std::size_t d = edit_distance(key, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+}  // namespace
+
 const Config::Value& Config::at(const std::string& key) {
   known_.insert(key);
   const auto it = values_.find(key);
-  if (it == values_.end()) throw ConfigError(source_ + ": missing key '" + key + "'");
+  if (it == values_.end()) {
+    // A required key that is absent is often present misspelled: name the unread key that is
+    // nearest, or the missing-key message sends the user looking for the wrong problem.
+    std::vector<std::string> unread;
+    for (const auto& [k, v] : values_)
+      if (!known_.count(k)) unread.push_back(k);
+    const std::string near = nearest_key(key, unread);
+    std::string msg = source_ + ": missing key '" + key + "'";
+    if (!near.empty())
+      msg += " (did you mean '" + near + "' at line " + std::to_string(values_.at(near).line) + "?)";
+    throw ConfigError(msg);
+  }
   return it->second;
 }
 
@@ -306,8 +351,9 @@ void Config::finish() const {
     if (known_.count(key)) continue;
     std::string list;
     for (const std::string& k : known_) list += (list.empty() ? "" : ", ") + k;
-    throw ConfigError(source_ + ":" + std::to_string(v.line) + ": unknown config key '" + key + "' (known keys: " + list +
-                      ")");
+    const std::string near = nearest_key(key, known_);
+    throw ConfigError(source_ + ":" + std::to_string(v.line) + ": unknown config key '" + key + "'" +
+                      (near.empty() ? "" : " (did you mean '" + near + "'?)") + " (known keys: " + list + ")");
   }
 }
 

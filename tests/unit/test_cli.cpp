@@ -295,7 +295,9 @@ TEST_CASE("run: bad configs and options are refused with one line naming the pro
   TempDir d;
   const std::string out = d.file("o.h5");
   const std::pair<std::string, std::string> cases[] = {
-      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformt = \"fp16\"\n", "unknown config key 'sum.formt'"},
+      {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformt = \"fp16\"\n",
+       "unknown config key 'sum.formt' (did you mean 'sum.format'?)"},
+      {"workload = \"sum\"\n[sum]\nnn = 10\nterms = \"constant\"\n", "missing key 'sum.n' (did you mean 'sum.nn' at line 3?)"},
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constnt\"\n", "unknown term kind 'constnt'"},
       {"workload = \"sum\"\n[sum]\nn = 0\nterms = \"constant\"\n", "'sum.n': must be in [1, 2^34]"},
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformat = \"fp64\"\n", "sum.format"},

@@ -64,6 +64,27 @@ TEST_CASE("config: wrong types, missing keys and range checks name the key") {
   CHECK(contains(config_error_of([&] { c.get_bool("a", false); }), "must be true or false"));
 }
 
+TEST_CASE("config: a misspelled key is named in the error, required or not") {
+  // Required key misspelled: the missing-key error points at the unread near miss.
+  Config c = Config::parse("[mlp]\nwidht = 64\ndepth = 2\n", "t.toml");
+  CHECK(c.get_int("mlp.depth") == 2);
+  const std::string e = config_error_of([&] { c.get_int("mlp.width"); });
+  CHECK(contains(e, "missing key 'mlp.width' (did you mean 'mlp.widht' at line 2?)"));
+  // A key already read is not offered (depth is two edits from 'mlp.deptx' but was read).
+  Config d = Config::parse("[mlp]\ndepth = 2\n", "t.toml");
+  CHECK(d.get_int("mlp.depth") == 2);
+  const std::string e2 = config_error_of([&] { d.get_int("mlp.deptx"); });
+  CHECK(contains(e2, "missing key 'mlp.deptx'"));
+  CHECK(!contains(e2, "did you mean"));
+  // Nothing near (more than two edits): no hint.
+  Config f = Config::parse("[mlp]\nlearning = 1\n", "t.toml");
+  CHECK(!contains(config_error_of([&] { f.get_int("mlp.width"); }), "did you mean"));
+  // Optional key misspelled: finish() suggests the key that was asked for.
+  Config g = Config::parse("[mlp]\nsede = 3\n", "t.toml");
+  CHECK(g.get_int("mlp.seed", 1) == 1);
+  CHECK(contains(config_error_of([&] { g.finish(); }), "unknown config key 'mlp.sede' (did you mean 'mlp.seed'?)"));
+}
+
 TEST_CASE("config: malformed files are refused with the line") {
   const std::pair<const char*, const char*> bad[] = {
       {"x = 'single'", "literal 'strings'"},

@@ -838,5 +838,9 @@ TEST_CASE("mlp: parse_mlp_run names the key and line of a bad value", "[mlp]") {
   CHECK(error_of(head + "warmup_steps = 20\n", 5) == "t.toml:6: 'mlp.warmup_steps': must be <= total_steps (with --steps 5)");
   const std::string e = error_of(head + "[recipes]\nnames = [\"nvfp4\"]\nedge_recipe = \"nvfp4x\"\n");
   CHECK(e.rfind("t.toml:8: 'recipes.edge_recipe': unknown GEMM recipe 'nvfp4x'", 0) == 0);
+  CHECK(error_of(head + "seed = -3\n") == "t.toml:6: 'mlp.seed': must be >= 0");
+  CHECK(error_of(head + "[recipes]\nnames = [\"nvfp4\"]\nhigh_precision_layers = [0, 1, 0]\n") ==
+        "t.toml:8: 'recipes.high_precision_layers': layer 0 is listed twice");
+  CHECK(error_of(head + "[recipes]\nnames = [\"nvfp4\"]\nhigh_precision_layers = [0, 1]\n").empty());
   CHECK(error_of(head).empty());
 }
