@@ -50,10 +50,10 @@ class CudaTrainer final : public LowPrecisionTrainer {
   }
   std::string path() const override { return "GPU-resident step; " + path_; }
   // Its own stream, cuBLASLt workspace, pinned buffers and statistics: it can step beside the
-  // other runs. Not taken unasked until gpu.mlp's concurrency test has passed on the H200
-  // (written without a device; `fp4drift run --concurrent-runs on` asks for it).
+  // other runs, and gains by it (H200, 2026-12-03, 100k steps of mlp-quick-long-gpu.toml:
+  // 75.8 s in sequence, 50.5 s side by side, identical losses; gpu.mlp checks whole traces).
   bool can_step_concurrently() const override { return true; }
-  bool prefers_concurrent_steps() const override { return false; }
+  bool prefers_concurrent_steps() const override { return true; }
 
  private:
   MlpSpec spec_;
