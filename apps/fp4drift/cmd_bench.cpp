@@ -154,8 +154,7 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
   };
   const Line lines[] = {{"amax + quantize", r.amax_and_quantize_s, counted, moved},
                         {"quantize only", r.quantize_only_s, counted, counted},
-                        {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()},
-                        {"amax + quantize, reverse", r.amax_and_quantize_reverse_s, counted, moved}};
+                        {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()}};
   auto gbps = [](double bytes, double s) { return bytes / s * 1e-9; };
   if (a.json) {
     Json j(std::cout);

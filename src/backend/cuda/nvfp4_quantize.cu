@@ -54,7 +54,6 @@ struct QuantArgs {
   float* dequantized;                // rows x cols (unpadded), optional
   std::uint16_t* bf16_unscaled;      // rows x cols (unpadded) BF16 bits of q * S_b, optional
   unsigned long long* clipped;       // optional
-  bool reverse;                      // owner kernel: CTA tiles in reverse order (see cta_tile)
 };
 
 // Input element -> float32. BF16 is the top half of a float32, so the conversion is exact.
@@ -422,13 +421,6 @@ __device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a) {
   return shared_g;
 }
 
-// The CTA's tile: in reverse order when asked (a.reverse), so that a quantize launched right
-// after the amax pass, which streams the tensor front to back, starts on the tail that is
-// still in L2.
-__device__ __forceinline__ std::int64_t cta_tile(const QuantArgs& a) {
-  return a.reverse ? static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x : blockIdx.x;
-}
-
 // The lanes kernel with one owner lane per block (the default): a thread holds kLanes
 // vectors (BF16: 2, float: 4), one piece of each of kLanes blocks that the same kLanes
 // consecutive lanes share. The block amaxes are reduce-scattered (log2(kLanes) steps of
@@ -442,7 +434,7 @@ __global__ void __launch_bounds__(kThreads)
   using V = Vec16<In>;
   using VT = typename V::T;
   constexpr int kLanes = kBlock / V::kElems, kUnits = kLanes;
-  const std::int64_t base = cta_tile(a) * (kThreads * kUnits) + threadIdx.x;
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kThreads * kUnits) + threadIdx.x;
   VT raw[kUnits];
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
@@ -670,7 +662,6 @@ QuantArgs make_args(GlobalScale g, const std::uint32_t* key, RoundingSpec r, boo
   a.dequantized = nullptr;
   a.bf16_unscaled = bf16_unscaled;
   a.clipped = nullptr;
-  a.reverse = false;
   return a;
 }
 
@@ -744,12 +735,6 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   res.amax_and_quantize_s = time_best(repeat, "amax + quantize (bench)", [&] {
     launch_amax(dx.p, n, dkey.p, nullptr);
     quantize_1x16_device(dx.p, rows, cols, a, nullptr);
-  });
-  QuantArgs reversed = a;
-  reversed.reverse = true;
-  res.amax_and_quantize_reverse_s = time_best(repeat, "amax + quantize in reverse (bench)", [&] {
-    launch_amax(dx.p, n, dkey.p, nullptr);
-    quantize_1x16_device(dx.p, rows, cols, reversed, nullptr);
   });
   res.quantize_only_s = time_best(repeat, "quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
   res.amax_only_s = time_best(repeat, "amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });

@@ -102,9 +102,6 @@ struct Nvfp4BenchResult {
   double amax_and_quantize_s = 0;  // amax kernel + quantize kernel (global scale from the key)
   double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
   double amax_only_s = 0;          // amax kernel alone
-  // amax + quantize with the quantize CTAs in reverse order: the first tiles it reads are
-  // the ones the amax pass read last, still in L2 (a variant of the first line).
-  double amax_and_quantize_reverse_s = 0;
   double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
   // Quantize-only timings of other kernel configurations (name, seconds).
   std::vector<std::pair<std::string, double>> variants;
