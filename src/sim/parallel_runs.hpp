@@ -3,13 +3,8 @@
 // stream; stepping them from one host thread serialises their kernel launches, host
 // synchronisations and host-side statistics, which dominate a small model's step. With one
 // thread per run they overlap. Results do not depend on it: the runs share no state.
-// A round of a small device model takes a fraction of a millisecond; waking a blocked thread
-// through a condition variable costs tens of microseconds each way, so the team can be told
-// to spin for a while (watching an atomic) before it blocks.
 #pragma once
 
-#include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -23,10 +18,7 @@ namespace fp4d {
 class ParallelRuns {
  public:
   // n tasks per round: task 0 on the calling thread, tasks 1..n-1 on n - 1 worker threads.
-  // spin: how long a waiting thread (a worker between rounds, the caller at the end of a
-  // round) polls before it blocks; zero blocks at once (CPU runs, whose OpenMP teams need the
-  // cores the spinning would take).
-  explicit ParallelRuns(std::size_t n, std::chrono::microseconds spin = std::chrono::microseconds{0});
+  explicit ParallelRuns(std::size_t n);
   ~ParallelRuns();
   ParallelRuns(const ParallelRuns&) = delete;
   ParallelRuns& operator=(const ParallelRuns&) = delete;
@@ -40,14 +32,10 @@ class ParallelRuns {
   void work(std::size_t i);
 
   std::size_t n_;
-  std::chrono::microseconds spin_;
   std::mutex mu_;
   std::condition_variable start_, done_;
   const std::function<void(std::size_t)>* fn_ = nullptr;
-  // Changed under mu_ (so that blocked waiters cannot miss them) and read without it by
-  // spinning ones: round_ is published after fn_ and errors_ (release), busy_ drops after a
-  // task's error slot is written.
-  std::atomic<std::size_t> round_{0}, busy_{0};
+  std::size_t round_ = 0, busy_ = 0;
   bool quit_ = false;
   std::vector<std::exception_ptr> errors_;
   std::vector<std::thread> threads_;

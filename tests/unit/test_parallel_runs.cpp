@@ -2,7 +2,6 @@
 // overlap, and a task's exception reaches the caller after the round (lowest index first)
 // without breaking later rounds.
 #include <atomic>
-#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -15,12 +14,8 @@
 using namespace fp4d;
 
 TEST_CASE("parallel runs: each task once per round, on its own thread, rounds in order", "[parallel_runs]") {
-  // Blocking waits, and waits that poll first (long enough to catch most rounds, so both the
-  // polling and the blocking hand-offs are taken).
-  for (const auto spin : {std::chrono::microseconds{0}, std::chrono::microseconds{300}})
   for (const std::size_t n : {1u, 2u, 5u}) {
-    INFO("spin " << spin.count() << " us");
-    ParallelRuns team(n, spin);
+    ParallelRuns team(n);
     CHECK(team.size() == n);
     std::vector<int> count(n, 0);
     std::vector<std::size_t> last_round(n, 0);
@@ -29,12 +24,7 @@ TEST_CASE("parallel runs: each task once per round, on its own thread, rounds in
     for (std::size_t round = 1; round <= 200; ++round) {
       std::mutex mu;
       std::set<std::thread::id> ids;
-      // Now and then a gap between rounds, and a worker task, longer than the polling: the
-      // blocking hand-offs on both sides.
-      const bool slow = round % 40 == 0;
-      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       team.run([&](std::size_t i) {
-        if (slow && i == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         if (in_round.fetch_add(1) >= static_cast<int>(n)) overlap = true;
         ++count[i];
         last_round[i] = round;
@@ -56,8 +46,7 @@ TEST_CASE("parallel runs: each task once per round, on its own thread, rounds in
 }
 
 TEST_CASE("parallel runs: exceptions come back after the round, lowest task first", "[parallel_runs]") {
-  const auto spin = GENERATE(std::chrono::microseconds{0}, std::chrono::microseconds{300});
-  ParallelRuns team(3, spin);
+  ParallelRuns team(3);
   std::atomic<int> ran{0};
   try {
     team.run([&](std::size_t i) {
