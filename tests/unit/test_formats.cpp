@@ -337,9 +337,9 @@ TEST_CASE("E2M1 fast paths equal the value-table oracle on the dense sample", "[
     const float x = bits_float(u);
     if (is_nan_f32(x)) return true;  // NaN policy: tested above
     const std::uint8_t a = e2m1_rne(x), b = oracle_e2m1_rne(x), c = e2m1_rz(x), d = oracle_e2m1_rz(x);
-    const std::uint32_t e = e2m1_rne_nibble_not_nan(x);
+    const std::uint8_t e = e2m1_rne_not_nan(x);
     if (a == b && c == d && e == b) return true;
-    *msg = "rne " + hex8(a) + " not-NaN rne " + std::to_string(e) + " table " + hex8(b) + ", rz " + hex8(c) + " table " + hex8(d);
+    *msg = "rne " + hex8(a) + " not-NaN rne " + hex8(e) + " table " + hex8(b) + ", rz " + hex8(c) + " table " + hex8(d);
     return false;
   });
   INFO(s.report());
@@ -874,8 +874,8 @@ TEST_CASE("Value-table oracle: all 2^32 float32 inputs, E2M1 RNE/RZ, E4M3, E5M2"
       return e2m1_rne(x) == 0x7 && e2m1_rz(x) == 0x7 && e4m3_rne_satfinite(x) == 0x7f && e5m2_rne_satfinite(x) == 0x7f;
     }
     // The CUDA quantizer's path for blocks without a NaN.
-    if (e2m1_rne_nibble_not_nan(x) != e2m1_rne(x)) {
-      *msg = "e2m1_rne_nibble_not_nan differs from e2m1_rne";
+    if (e2m1_rne_not_nan(x) != e2m1_rne(x)) {
+      *msg = "e2m1_rne_not_nan differs from e2m1_rne";
       return false;
     }
     const std::uint8_t r[4] = {e2m1_rne(x), e2m1_rz(x), e4m3_rne_satfinite(x), e5m2_rne_satfinite(x)};
