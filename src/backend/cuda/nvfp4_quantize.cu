@@ -9,9 +9,12 @@
 //  quantize_1x16_vec   float32, 1x16, cols % 16 == 0: coalesced float4 loads staged through
 //                      shared memory (swizzled), then one thread per block (the first fast
 //                      kernel; kept as Nvfp4Kernel::Vectorized and as a benchmark baseline).
-//  quantize_1x16_lanes<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
-//                      load (4 floats or 8 BF16), block amax by __shfl_xor, no shared memory;
-//                      every load and store of a warp is contiguous. The default fast kernel.
+//  quantize_1x16_owner<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
+//                      load (4 floats or 8 BF16), block amaxes reduce-scattered by __shfl_xor,
+//                      one owner lane per block computes its scales and broadcasts them; every
+//                      load and store of a warp is contiguous. The default fast kernel.
+//  quantize_1x16_lanes<In>  the same with every lane computing its block's scales (the
+//                      previous default, a benchmark baseline).
 // The quantize kernels can read the global scale from the amax key on the device
 // (nvfp4_global_scale on the device: no host round trip) and call the same FP4D_HD
 // functions as the CPU reference, so the bits agree by construction (--fmad=false).

@@ -29,8 +29,9 @@ namespace fp4d::cuda {
 //              first fast kernel, float4 loads staged through shared memory, one thread per
 //              block. Kept as a second implementation to test against and as a baseline.
 //  Lanes:      1x16 with cols % 16 == 0 only (throws otherwise): 4 lanes per block (2 for
-//              BF16 input), each one 16-byte load, block amax by warp shuffles, no shared
-//              memory; the device-pointer API's fast path. Every rounding mode.
+//              BF16 input), each one 16-byte load, block amax by warp shuffles, one owner
+//              lane per block computing its scales, no shared memory; the device-pointer
+//              API's fast path. Every rounding mode.
 enum class Nvfp4Kernel { Auto, Simple, Vectorized, Lanes };
 
 // Same contract as fp4d::nvfp4_quantize_cpu: x in the stored orientation (blocks along its
