@@ -13,8 +13,6 @@
 //                      load (4 floats or 8 BF16), block amaxes reduce-scattered by __shfl_xor,
 //                      one owner lane per block computes its scales and broadcasts them; every
 //                      load and store of a warp is contiguous. The default fast kernel.
-//  quantize_1x16_lanes<In>  the same with every lane computing its block's scales (the
-//                      previous default, a benchmark baseline).
 // The quantize kernels can read the global scale from the amax key on the device
 // (nvfp4_global_scale on the device: no host round trip) and call the same FP4D_HD
 // functions as the CPU reference, so the bits agree by construction (--fmad=false).
@@ -487,45 +485,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The previous lanes kernel (a benchmark baseline): every lane of a block computes the block's
-// scales itself, after a butterfly of __shfl_xor; kUnits vectors per thread.
-template <class In, Rounding R, int kUnits, bool Extras>
-__global__ void __launch_bounds__(kThreads)
-    quantize_1x16_lanes_kernel(const typename Vec16<In>::T* __restrict__ xv, std::int64_t nvec, QuantArgs a) {
-  using V = Vec16<In>;
-  using VT = typename V::T;
-  constexpr int kLanes = kBlock / V::kElems;
-  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kThreads * kUnits) + threadIdx.x;
-  VT raw[kUnits];
-#pragma unroll
-  for (int k = 0; k < kUnits; ++k) {
-    const std::int64_t v = base + k * kThreads;
-    raw[k] = v < nvec ? __ldcs(xv + v) : VT{};  // out of range: still takes part in the shuffles
-  }
-  const GlobalScale g = kernel_global(a);  // after the loads: its division overlaps their latency
-  unsigned clipped = 0;
-#pragma unroll
-  for (int k = 0; k < kUnits; ++k) {
-    const std::int64_t v = base + k * kThreads;
-    std::uint32_t key = V::block_key(raw[k]);
-#pragma unroll
-    for (int m = 1; m < kLanes; m <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
-    const BlockScale bs = block_scale(key, g, a.legacy);
-    if (v < nvec && v % kLanes == 0) a.scales[v / kLanes] = bs.s;
-    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, bs, false, g, a);
-  }
-  if constexpr (Extras) {
-    if (a.clipped) {
-      clipped = __reduce_add_sync(0xffffffffu, clipped);
-      if ((threadIdx.x & 31u) == 0 && clipped) atomicAdd(a.clipped, static_cast<unsigned long long>(clipped));
-    }
-  }
-}
-
-// Vectors per thread of the per-lane-scale kernel (loads in flight per thread), a benchmark
-// baseline now; the benchmark also times 1 and 4 (Nvfp4BenchResult::variants).
-constexpr int kLanesUnits = 2;
-
 int sm_count() {
   // Once per thread (runs quantize from several host threads; a plain static was a data race).
   thread_local int sms = 0;
@@ -585,16 +544,6 @@ void launch_vec(const float* d_x, std::int64_t rows, std::int64_t cols, const Qu
   check(cudaGetLastError(), "quantize_1x16_vec_kernel launch");
 }
 
-template <class In, Rounding R, int kUnits, bool Extras>
-void launch_lanes_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
-  using V = Vec16<In>;
-  const std::int64_t nvec = n / V::kElems;
-  if (nvec == 0) return;
-  quantize_1x16_lanes_kernel<In, R, kUnits, Extras><<<grid_of(nvec, kThreads * kUnits), kThreads, 0, st>>>(
-      reinterpret_cast<const typename V::T*>(d_x), nvec, a);
-  check(cudaGetLastError(), "quantize_1x16_lanes_kernel launch");
-}
-
 template <class In, Rounding R, bool Extras>
 void launch_owner_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
   using V = Vec16<In>;
@@ -621,17 +570,6 @@ template <class In>
 void launch_lanes(const In* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a, cudaStream_t st) {
   if (a.clipped || a.dequantized) launch_lanes_rounding<In, true>(d_x, rows * cols, a, st);
   else launch_lanes_rounding<In, false>(d_x, rows * cols, a, st);
-}
-
-// Benchmark baselines: the per-lane-scale kernel, RNE, device-API path, `units` vectors per
-// thread (1, 2 or 4).
-template <class In>
-void launch_lanes_rne_units(int units, const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
-  switch (units) {
-    case 1: launch_lanes_t<In, Rounding::NearestEven, 1, false>(d_x, n, a, st); break;
-    case 4: launch_lanes_t<In, Rounding::NearestEven, 4, false>(d_x, n, a, st); break;
-    default: launch_lanes_t<In, Rounding::NearestEven, kLanesUnits, false>(d_x, n, a, st); break;
-  }
 }
 
 // Whether the lanes kernel applies: whole 1x16 blocks per row and aligned vector accesses
@@ -742,15 +680,9 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   res.copy_s = time_best(repeat, "cudaMemcpyAsync(D2D) (bench)", [&] {
     check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
   });
-  // Quantize-only variants: vectors per thread, the BF16 q * S_b output, the staged kernel
-  // (the first two and the last need whole blocks per row).
+  // Quantize-only variants: the BF16 q * S_b output, the staged kernel (it needs whole
+  // blocks per row).
   const bool whole_blocks = cols % kBlock == 0;
-  for (const int units : {1, 2, 4}) {
-    if (!whole_blocks) break;
-    res.variants.push_back({"per-lane scales (previous), " + std::to_string(units) + " x 16 B per thread",
-                            time_best(repeat, "quantize variant (bench)",
-                                      [&] { launch_lanes_rne_units(units, dx.p, n, a, nullptr); })});
-  }
   QuantArgs with_bf16 = a;
   with_bf16.bf16_unscaled = dbf16.p;
   res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
@@ -869,7 +801,7 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   if (use_lanes) launch_lanes(dx.p, rows, cols, a, nullptr);
   else if (use_staged) launch_vec(dx.p, rows, cols, a, nullptr);
   else launch_simple(dx.p, rows, cols, br, a, nullptr);
-  check(cudaDeviceSynchronize(), use_lanes    ? "quantize_1x16_lanes_kernel"
+  check(cudaDeviceSynchronize(), use_lanes    ? "quantize_1x16_owner_kernel"
                                  : use_staged ? "quantize_1x16_vec_kernel"
                                               : "quantize_simple_kernel");
 
