@@ -61,7 +61,7 @@ FP4D_HD std::uint8_t e2m1_rne(float y) {
 // e2m1_rne for a y known not to be a NaN (+-Inf allowed): the NaN select dropped, the sign
 // ORed in. Equal to e2m1_rne on every non-NaN float32 (checked on all 2^32 inputs in the
 // [long] value-table sweep, on the dense sample in the unit run). The CUDA quantizer uses
-// it for blocks it has checked for NaN (one warp vote per 16-element block).
+// it in warps it has checked for NaN (one vote per warp).
 FP4D_HD std::uint8_t e2m1_rne_not_nan(float y) {
   const std::uint32_t u = float_bits(y);
   return static_cast<std::uint8_t>(e2m1_rne_magnitude(u & 0x7fffffffu) | ((u >> 28) & 8u));

@@ -615,8 +615,6 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       ctl.note("concurrent runs asked for, but run " + cannot + " shares its backend's GEMM workspace: stepping the runs in sequence");
     root.set_attr("concurrent_runs", std::int64_t{concurrent ? 1 : 0});
     std::optional<ParallelRuns> team;
-    // (Polling instead of the condition variables' wake-ups was tried for device runs: no
-    // gain on the H200 host, 69.7 s against 63.8 s for 100k steps; docs/benchmarks.md.)
     if (concurrent) team.emplace(R);
     // While the runs step side by side, each one's OpenMP teams get a share of the cores (the
     // host statistics of device runs; the whole step of CPU runs). The calling thread gets
