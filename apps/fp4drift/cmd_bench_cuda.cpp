@@ -108,10 +108,14 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
     cuda::MlpCudaBench r;
   };
   std::vector<Line> lines;
-  for (const std::string& name : quick.recipes) {
-    RecipeGemmOptions o{name, quick.edge_recipe, quick.high_precision_layers, quick.model.seed, {}};
-    lines.push_back({"quick", name, cuda::mlp_cuda_bench(quick.model, o, 50, steps)});
-  }
+  // The quick model is launch-bound: each recipe with the step as one CUDA graph and kernel by
+  // kernel, to show what the graph buys.
+  for (const std::string& name : quick.recipes)
+    for (const bool graphs : {true, false}) {
+      RecipeGemmOptions o{name, quick.edge_recipe, quick.high_precision_layers, quick.model.seed, {}};
+      lines.push_back({"quick", name + (graphs ? " (graph)" : " (kernels)"), cuda::mlp_cuda_bench(quick.model, o, 50, steps, graphs)});
+    }
+  const std::size_t first_big = lines.size();
   MlpSpec big;
   big.widths = {width, width, width, width, width};
   big.batch = batch;
@@ -126,25 +130,26 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
     lines.push_back({"width " + std::to_string(width), name + (edges.empty() ? "" : " (BF16 first/last)"),
                      cuda::mlp_cuda_bench(big, o, 3, big_steps)});
   }
-  const double bf16_big = lines[quick.recipes.size()].r.step_s;
+  const double bf16_big = lines[first_big].r.step_s;
   if (json) {
     Json j(std::cout);
     j.begin_object().field("benchmark", "mlp-cuda").field("config", config).field("width", width).field("batch", batch)
         .key("cases").begin_array();
     for (const Line& l : lines)
-      j.begin_object().field("model", l.model).field("recipe", l.recipe).field("steps", l.r.steps)
+      j.begin_object().field("model", l.model).field("recipe", l.recipe).field("launch", l.r.launch_mode).field("steps", l.r.steps)
           .field("seconds_per_step", l.r.step_s).field("steps_per_second", l.r.steps_per_s).end_object();
     j.end_array().end_object();
     return 0;
   }
   std::printf("fp4drift bench mlp-cuda: GPU-resident training steps (batch on the device, stats back each step)\n");
-  std::printf("  %-12s %-26s %8s %12s %12s %10s\n", "model", "recipe", "steps", "ms/step", "steps/s", "vs bf16");
+  std::printf("  %-12s %-30s %8s %12s %12s %10s\n", "model", "recipe", "steps", "ms/step", "steps/s", "vs bf16");
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const Line& l = lines[i];
-    const bool is_big = i >= quick.recipes.size();
-    std::printf("  %-12s %-26s %8lld %12.4f %12.1f", l.model.c_str(), l.recipe.c_str(), static_cast<long long>(l.r.steps),
+    const bool is_big = i >= first_big;
+    std::printf("  %-12s %-30s %8lld %12.4f %12.1f", l.model.c_str(), l.recipe.c_str(), static_cast<long long>(l.r.steps),
                 l.r.step_s * 1e3, l.r.steps_per_s);
     if (is_big) std::printf(" %9.1f%%", 100 * bf16_big / l.r.step_s);
+    else std::printf(" %10s  %s", "", l.r.launch_mode.c_str());
     std::printf("\n");
   }
   std::printf("  quick model: %s (widths", config.c_str());

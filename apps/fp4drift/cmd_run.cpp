@@ -39,6 +39,7 @@ struct RunArgs {
   std::string out;
   bool resume = false, json = false;
   std::string concurrent_runs = "auto";
+  std::string cuda_graphs = "on";
 };
 
 void print_sum_dot(const SumDotRun& run, const SumDotResult& r) {
@@ -131,7 +132,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
     // the GPU multiplies (the trace's gemm_path attribute says which, and a note says why).
     ctl.trainer = [&a](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
       const std::string why = cuda::mlp_cuda_unsupported(m, o);
-      if (why.empty()) return cuda::make_cuda_trainer(m, o, st);
+      if (why.empty()) return cuda::make_cuda_trainer(m, o, st, a.cuda_graphs == "on");
       if (!a.json)
         std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
                      o.recipe.c_str(), why.c_str());
@@ -203,6 +204,8 @@ int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
   if (a.backend != "cuda") require_backend(a.backend);  // cuda: checked per workload below
   if (a.steps < 0) throw UsageError("--steps must be positive");
+  if (a.cuda_graphs == "off" && a.backend != "cuda")
+    throw UsageError("--cuda-graphs off: only --backend cuda launches graphs (this run is --backend " + a.backend + ")");
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");
   if (workload == "mlp") return run_mlp_workload(a, cfg, command_line);
@@ -249,6 +252,11 @@ Runner add_run(CLI::App& app, const std::string& command_line) {
                  "mlp: step the low-precision runs on one host thread each (auto: where every run allows it; "
                  "the trace is the same either way)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--cuda-graphs", a->cuda_graphs,
+                 "mlp --backend cuda: replay each resident step as one CUDA graph (the trace is the same "
+                 "either way; off: kernel by kernel)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   return [a, command_line]() { return run_run(*a, command_line); };
 }

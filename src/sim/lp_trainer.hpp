@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,17 @@ class LowPrecisionTrainer {
   // needs_batch() is false). records (optional): the quantization statistics of every GEMM
   // operand of the step, slot = layer * 6 + role * 2 + operand.
   virtual StepStats step(const Batch* batch, std::vector<OperandRecord>* records) = 0;
+  // The step in two halves, so that one host thread overlaps device runs: the runner begins
+  // every run's step, then ends each in turn. begin_step may return before the step is done (a
+  // device run launches it on its stream); end_step waits and returns what step() would have.
+  // The default does the whole step in begin_step. `batch` and `records` must outlive end_step.
+  virtual void begin_step(const Batch* batch, std::vector<OperandRecord>* records) { begun_ = step(batch, records); }
+  virtual StepStats end_step() {
+    if (!begun_) throw std::logic_error("LowPrecisionTrainer: end_step without begin_step");
+    StepStats s = std::move(*begun_);
+    begun_.reset();
+    return s;
+  }
   virtual MlpState<float> state() const = 0;
   virtual void set_state(const MlpState<float>& s) = 0;
   virtual std::string path() const = 0;  // how the products run, for the trace
@@ -36,6 +49,9 @@ class LowPrecisionTrainer {
   // a device run's step is bound by launches and synchronisations that overlap with another
   // run's; a CPU run's OpenMP GEMMs already use every core.
   virtual bool prefers_concurrent_steps() const { return false; }
+
+ private:
+  std::optional<StepStats> begun_;
 };
 
 // A factory per backend; the runner makes one trainer per recipe.

@@ -740,7 +740,10 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         const OmpThreads share(omp_share);
         team->run(step_run);
       } else {
-        for (std::size_t r = 0; r < R; ++r) step_run(r);
+        // Every run's step begun before any is waited for: device runs overlap on the GPU
+        // from this one thread (a CPU run does its whole step in begin_step, as before).
+        for (std::size_t r = 0; r < R; ++r) trainers[r]->begin_step(batch ? &*batch : nullptr, recorded ? &rec.ops[r] : nullptr);
+        for (std::size_t r = 0; r < R; ++r) st[r] = trainers[r]->end_step();
       }
       for (std::size_t r = 0; r < R; ++r) {
         rec.loss.push_back(st[r].loss);

@@ -8,6 +8,9 @@
 //    accumulation (gamma_K per GEMM on both sides) through the network - a transposed operand,
 //    a wrong alpha or a wrong loss kernel moves the loss far outside it.
 //  - Determinism, and resuming from state() equal to running straight through, bit for bit.
+//  - Steps replayed as one CUDA graph equal steps launched kernel by kernel, bit for bit,
+//    with steps that download operands (eager) in between, for SGD and AdamW, 2D and 1x16
+//    weights: the graph re-reads the SR seed and the optimizer's coefficients every step.
 //  - run_mlp with the device runs stepping concurrently (one host thread, stream and cuBLASLt
 //    workspace each) writes the trace of the same runs stepped one after the other.
 #include <cmath>
@@ -265,10 +268,56 @@ TEST_CASE("gpu mlp: runs stepping concurrently write the sequential trace bit fo
   for (const bool concurrent : {false, true}) {
     MlpRunControl ctl;
     ctl.backend = "cuda";
-    ctl.trainer = cuda::make_cuda_trainer;
+    ctl.trainer = [](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
+      return cuda::make_cuda_trainer(m, o, st);
+    };
     ctl.concurrent_runs = concurrent;
     traces[concurrent] = test::run_mlp_datasets(spec, ctl, "fp4d_gpu_mlp_concurrent_" + std::to_string(concurrent));
   }
   REQUIRE(traces[0].count("/mlp/runs/nvfp4/loss") == 1);
   test::check_same_datasets(traces[0], traces[1]);
+}
+
+TEST_CASE("gpu mlp: steps replayed as a CUDA graph equal steps launched kernel by kernel", "[gpu][mlp]") {
+  // The graph is captured once and replays its launch arguments; what changes per step (SR
+  // seeds, learning rate, Adam's bias corrections) comes from device memory. Were any of it
+  // baked into the graph, the SR draws or the updates of later steps would differ - SR on the
+  // gradients makes every step's seed matter, warmup-cosine and AdamW every step's
+  // coefficients. Steps 3 and 7 download operands (eager, as the runner's record steps do).
+  for (const std::string& name : {std::string("nvfp4"), std::string("nvfp4-no-2d")})
+    for (const Optimizer opt_kind : {Optimizer::Sgd, Optimizer::AdamW}) {
+      MlpSpec s = small_model();
+      s.optimizer = opt_kind;
+      s.schedule = "warmup-cosine";
+      s.warmup_steps = 4;
+      s.total_steps = 12;
+      if (opt_kind == Optimizer::AdamW) s.lr = 1e-3, s.weight_decay = 0.01;
+      const RecipeGemmOptions opt = recipe(name, {0});
+      cuda::MlpCudaTrainer graph(s, opt, init_state<float>(s)), kernels(s, opt, init_state<float>(s));
+      kernels.set_cuda_graphs(false);
+      INFO(name << (opt_kind == Optimizer::Sgd ? " sgd" : " adamw") << ": " << graph.launch_mode());
+      REQUIRE(graph.launch_mode() == "one CUDA graph per step");
+      REQUIRE(kernels.launch_mode().find("kernel by kernel") != std::string::npos);
+      for (std::int64_t step = 0; step < s.total_steps; ++step) {
+        const Batch b = make_batch(s, step);
+        cuda::MlpCudaOperands og, ok;
+        const bool record = step == 3 || step == 7;
+        const StepStats a = graph.step(b, record ? &og : nullptr), k = kernels.step(b, record ? &ok : nullptr);
+        INFO("step " << step);
+        REQUIRE(a.loss == k.loss);
+        REQUIRE(a.lost_update_fraction == k.lost_update_fraction);
+        // The SR'd gradient operands of this step, as quantized, bit for bit.
+        for (int l = 1; l < 3; ++l) {
+          const QuantizedTensor qa = graph.quantized_operand(l, GemmRole::Wgrad, 1),
+                                qk = kernels.quantized_operand(l, GemmRole::Wgrad, 1);
+          REQUIRE(qa.codes == qk.codes);
+          REQUIRE(qa.scale_codes == qk.scale_codes);
+        }
+      }
+      const MlpState<float> sg = graph.state(), sk = kernels.state();
+      CHECK(sg.w == sk.w);
+      CHECK(sg.m1 == sk.m1);
+      CHECK(sg.m2 == sk.m2);
+      CHECK(sg.w != init_state<float>(s).w);
+    }
 }

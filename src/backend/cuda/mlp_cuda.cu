@@ -161,9 +161,23 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int n, d
   if (threadIdx.x == 0) *out = s;
 }
 
+// What changes from step to step, read by the kernels from device memory (copied up before
+// each step) rather than passed as launch arguments, so that one captured CUDA graph replays
+// every step: the SR seed (nvfp4_dual's device_seed) and the optimizer's coefficients.
+struct AdamArgs {
+  float lr, b1, c1, b2, c2, bc1, bc2, eps, wd;
+};
+struct StepParams {
+  std::uint64_t seed = 0;
+  float lr = 0;
+  AdamArgs adam{};
+};
+
 // The optimizers: sim/mlp.cpp's train_step<float> expressions, element by element.
 __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const float* __restrict__ g, std::int64_t n,
-                           float lr, float mu, float wd, int decay, unsigned long long* __restrict__ lost) {
+                           const StepParams* __restrict__ p, float mu, float wd, int decay,
+                           unsigned long long* __restrict__ lost) {
+  const float lr = p->lr;
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -178,12 +192,10 @@ __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const 
   if (count) atomicAdd(lost, count);
 }
 
-struct AdamArgs {
-  float lr, b1, c1, b2, c2, bc1, bc2, eps, wd;
-};
 __global__ void adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
-                             const float* __restrict__ g, std::int64_t n, AdamArgs a,
+                             const float* __restrict__ g, std::int64_t n, const StepParams* __restrict__ p,
                              unsigned long long* __restrict__ lost) {
+  const AdamArgs a = p->adam;
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -289,7 +301,17 @@ struct MlpCudaTrainer::Impl {
   float* host_t = nullptr;
   double* host_loss = nullptr;
   unsigned long long* host_lost = nullptr;
+  StepParams* host_params = nullptr;
+  Buf<StepParams> params;
   bool pending = false;
+  // The step replayed as one CUDA graph: ~70 launches and copies become one launch, which is
+  // what bounds the small models. Captured at the first step without an operand download
+  // after an eager one (by then cuBLASLt's algorithm choice is made and fixed); the steps that
+  // download operands run eagerly. Same kernels, same order, same bits either way.
+  bool graphs_wanted = true;
+  std::string graph_blocker;  // why this recipe cannot replay a graph ("" if it can)
+  bool eager_done = false;
+  cudaGraphExec_t graph = nullptr;
 
   Impl(const MlpSpec& s, const RecipeGemmOptions& o) : spec(s), opt(o) {
     validate(spec);
@@ -305,22 +327,27 @@ struct MlpCudaTrainer::Impl {
     check(cudaMallocHost(&host_t, static_cast<std::size_t>(M * outL) * sizeof(float)), "cudaMallocHost (batch t)");
     check(cudaMallocHost(&host_loss, sizeof(double)), "cudaMallocHost (loss)");
     check(cudaMallocHost(&host_lost, static_cast<std::size_t>(L) * sizeof(unsigned long long)), "cudaMallocHost (lost)");
+    check(cudaMallocHost(&host_params, sizeof(StepParams)), "cudaMallocHost (step parameters)");
+    params = buf<StepParams>(1, "cudaMalloc (step parameters)");
     target = buf<float>(M * outL, "cudaMalloc (targets)");
     partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
     lost = buf<unsigned long long>(L, "cudaMalloc (lost updates)");
     layers.resize(static_cast<std::size_t>(L));
     for (int l = 0; l < L; ++l) build_layer(l);
+    graph_blocker = find_graph_blocker();
   }
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    if (graph) cudaGraphExecDestroy(graph);
     layers.clear();
     lt.reset();
     cudaFreeHost(host_x);
     cudaFreeHost(host_t);
     cudaFreeHost(host_loss);
     cudaFreeHost(host_lost);
+    cudaFreeHost(host_params);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -394,6 +421,26 @@ struct MlpCudaTrainer::Impl {
     y.wgrad = std::make_unique<LtPlan>(w, &lt->get());
   }
 
+  // A graph replays its launch arguments: only the SR seed of the dual quantizations and the
+  // optimizer's coefficients are read from device memory, so anything else that depends on the
+  // step (or on its seed) rules the graph out.
+  std::string find_graph_blocker() const {
+    for (const Layer& y : layers) {
+      if (y.mode != Mode::Nvfp4) continue;
+      // The columnwise (Wgrad) sides of X and dY, as forward_layer and backward_layer make them.
+      const auto signs = [&](OperandKind k, GemmRole row_role, int col_operand, std::uint64_t seed) {
+        return dual_spec_of(spec_of(y, k, row_role, 0, seed), spec_of(y, k, GemmRole::Wgrad, col_operand, seed))
+            .rht_sign_mask;
+      };
+      if (signs(OperandKind::Activation, GemmRole::Fprop, 0, 1) != signs(OperandKind::Activation, GemmRole::Fprop, 0, 2) ||
+          signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 1) != signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 2))
+        return "the RHT signs depend on the step's seed";
+      if (y.w2d && spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, 0).rounding.mode == Rounding::Stochastic)
+        return "stochastic rounding of 16x16 weights takes its seed as a launch argument";
+    }
+    return "";
+  }
+
   void launch_check(const char* what) { check(cudaGetLastError(), what); }
 
   void decode(const NvQuant& q, std::int64_t elements) {
@@ -409,10 +456,14 @@ struct MlpCudaTrainer::Impl {
 
   // Rowwise + columnwise quantization of x (rows x cols) with the two operand specs (both in
   // the NT form RecipeGemm quantizes; the columnwise one is the transpose's rowwise spec).
-  void dual(const float* x, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row, QuantSpec col) {
+  static DualSpec dual_spec_of(const QuantSpec& row, QuantSpec col) {
     col.axis = 0;      // quantize_cpu(X^T, axis 1) == quantize_cpu(X, axis 0): same codes, same order
     col.rht_axis = 0;
-    const DualSpec ds = dual_spec(row, col);
+    return dual_spec(row, col);
+  }
+  void dual(const float* x, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row, const QuantSpec& col) {
+    DualSpec ds = dual_spec_of(row, col);
+    ds.device_seed = &params->p->seed;  // = row's and col's seed (spec_of gives both the step's)
     nvfp4_quantize_dual_device(x, rows, cols, ds,
                                DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
                                q.keys->p, stream);
@@ -491,30 +542,39 @@ struct MlpCudaTrainer::Impl {
     launch_check("sum_partials_kernel launch");
   }
 
+  // The step's seed and optimizer coefficients (StepParams), as the host computes them.
+  StepParams params_at(std::uint64_t seed) const {
+    StepParams p;
+    p.seed = seed;
+    p.lr = static_cast<float>(lr_at(spec, step));
+    if (spec.optimizer == Optimizer::AdamW) {
+      const double t = static_cast<double>(step + 1);
+      p.adam = AdamArgs{p.lr,
+                        static_cast<float>(spec.beta1),
+                        static_cast<float>(1.0 - spec.beta1),
+                        static_cast<float>(spec.beta2),
+                        static_cast<float>(1.0 - spec.beta2),
+                        static_cast<float>(1.0 - std::pow(spec.beta1, t)),
+                        static_cast<float>(1.0 - std::pow(spec.beta2, t)),
+                        static_cast<float>(spec.eps),
+                        static_cast<float>(spec.weight_decay)};
+    }
+    return p;
+  }
+
   void update() {
-    const float lr = static_cast<float>(lr_at(spec, step));
     check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
     for (int l = 0; l < L; ++l) {
       Layer& y = layers[static_cast<std::size_t>(l)];
       const std::int64_t n = y.in * y.out;
       if (spec.optimizer == Optimizer::Sgd) {
-        sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, lr,
+        sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, params->p,
                                                               static_cast<float>(spec.momentum),
                                                               static_cast<float>(spec.weight_decay),
                                                               spec.weight_decay > 0.0, lost->p + l);
         launch_check("sgd_kernel launch");
       } else {
-        const double t = static_cast<double>(step + 1);
-        AdamArgs a{lr,
-                   static_cast<float>(spec.beta1),
-                   static_cast<float>(1.0 - spec.beta1),
-                   static_cast<float>(spec.beta2),
-                   static_cast<float>(1.0 - spec.beta2),
-                   static_cast<float>(1.0 - std::pow(spec.beta1, t)),
-                   static_cast<float>(1.0 - std::pow(spec.beta2, t)),
-                   static_cast<float>(spec.eps),
-                   static_cast<float>(spec.weight_decay)};
-        adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, a, lost->p + l);
+        adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, params->p, lost->p + l);
         launch_check("adamw_kernel launch");
       }
     }
@@ -551,10 +611,9 @@ struct MlpCudaTrainer::Impl {
                           stream), "cudaMemcpyAsync (batch t)");
   }
 
-  void launch_step(const Batch* b, MlpCudaOperands* ops) {
-    if (pending) throw std::logic_error("MlpCudaTrainer: step_async without finish");
-    if (b) upload(*b);
-    const std::uint64_t seed = recipe_step_seed(opt.seed, step);
+  // Everything one step puts on the stream after its parameters are up: the body a graph
+  // captures (ops = nullptr) or the eager step.
+  void enqueue_step(std::uint64_t seed, MlpCudaOperands* ops) {
     for (int l = 0; l < L; ++l) forward_layer(l, seed);
     loss_and_output_gradient();
     for (int l = L - 1; l >= 0; --l) backward_layer(l, seed);
@@ -563,6 +622,43 @@ struct MlpCudaTrainer::Impl {
     check(cudaMemcpyAsync(host_loss, loss_sum->p, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (loss)");
     check(cudaMemcpyAsync(host_lost, lost->p, static_cast<std::size_t>(L) * sizeof(unsigned long long),
                           cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (lost)");
+  }
+
+  void capture(std::uint64_t seed) {
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture (training step)");
+    try {
+      enqueue_step(seed, nullptr);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (training step)");
+    const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
+    cudaGraphDestroy(g);
+    check(e, "cudaGraphInstantiate (training step)");
+  }
+
+  bool graph_ready_for(const MlpCudaOperands* ops) const {
+    return graphs_wanted && graph_blocker.empty() && eager_done && !ops;
+  }
+
+  void launch_step(const Batch* b, MlpCudaOperands* ops) {
+    if (pending) throw std::logic_error("MlpCudaTrainer: step_async without finish");
+    if (b) upload(*b);
+    const std::uint64_t seed = recipe_step_seed(opt.seed, step);
+    // The previous step has finished (finish() waited), so its copy of host_params is done.
+    *host_params = params_at(seed);
+    check(cudaMemcpyAsync(params->p, host_params, sizeof(StepParams), cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (step parameters)");
+    if (graph_ready_for(ops)) {
+      if (!graph) capture(seed);
+      check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch (training step)");
+    } else {
+      enqueue_step(seed, ops);
+      eager_done = true;
+    }
     pending = true;
   }
 
@@ -643,6 +739,17 @@ void MlpCudaTrainer::set_state(const MlpState<float>& s) {
 }
 
 std::string MlpCudaTrainer::path(int layer) const { return impl_->layers.at(static_cast<std::size_t>(layer)).path; }
+
+void MlpCudaTrainer::set_cuda_graphs(bool on) {
+  if (impl_->pending) throw std::logic_error("MlpCudaTrainer: set_cuda_graphs() during a step");
+  impl_->graphs_wanted = on;
+}
+
+std::string MlpCudaTrainer::launch_mode() const {
+  if (!impl_->graphs_wanted) return "kernel by kernel (CUDA graphs off)";
+  if (!impl_->graph_blocker.empty()) return "kernel by kernel (" + impl_->graph_blocker + ")";
+  return "one CUDA graph per step";
+}
 
 namespace {
 
@@ -738,8 +845,10 @@ QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int 
   return {};
 }
 
-MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps) {
+MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
+                            bool graphs) {
   MlpCudaTrainer t(spec, opt, init_state<float>(spec));
+  t.set_cuda_graphs(graphs);
   t.upload_batch(make_batch(spec, 0));
   for (std::int64_t i = 0; i < warmup; ++i) t.step_on_uploaded_batch();
   const auto t0 = std::chrono::steady_clock::now();
@@ -747,6 +856,7 @@ MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, s
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MlpCudaBench r;
   r.recipe = opt.recipe;
+  r.launch_mode = t.launch_mode();
   r.steps = steps;
   r.step_s = s / static_cast<double>(std::max<std::int64_t>(steps, 1));
   r.steps_per_s = r.step_s > 0 ? 1.0 / r.step_s : 0.0;

@@ -80,6 +80,14 @@ class MlpCudaTrainer {
   QuantizedTensor quantized_operand(int layer, GemmRole role, int operand) const;
   std::string path(int layer) const;  // one line: how the layer's GEMMs run
 
+  // Replay each step as one CUDA graph (default on): the steps that download operands and
+  // the first step run kernel by kernel, the others as the graph captured at the first such
+  // step. The results are the same bits either way (gpu.mlp checks it); only the host's
+  // launch work differs, which is what bounds small models. Off: every step kernel by kernel.
+  void set_cuda_graphs(bool on);
+  // How the steps run, in words: "one CUDA graph per step", or kernel by kernel and why.
+  std::string launch_mode() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -88,6 +96,7 @@ class MlpCudaTrainer {
 // ---- Benchmark (`fp4drift bench mlp-cuda`) ----
 struct MlpCudaBench {
   std::string recipe;
+  std::string launch_mode;  // MlpCudaTrainer::launch_mode
   double step_s = 0;        // mean seconds per step (steady state)
   double steps_per_s = 0;
   std::int64_t steps = 0;
@@ -95,6 +104,8 @@ struct MlpCudaBench {
 // Times `steps` steps (after `warmup`) of the resident trainer on one batch uploaded once:
 // the step alone (data generation and transfer excluded, as a data loader prefetches them),
 // with its statistics (loss, lost updates) coming back to the host every step.
-MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps);
+// graphs: MlpCudaTrainer::set_cuda_graphs.
+MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
+                            bool graphs = true);
 
 }  // namespace fp4d::cuda

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -17,9 +18,10 @@ namespace {
 
 class CudaTrainer final : public LowPrecisionTrainer {
  public:
-  CudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state)
+  CudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state, bool graphs)
       : spec_(spec), stats_(opt, static_cast<int>(spec.widths.size() - 1)), gpu_(spec, opt, state),
         device_(current_device()) {
+    gpu_.set_cuda_graphs(graphs);
     for (std::size_t l = 0; l + 1 < spec.widths.size(); ++l)
       path_ += (l ? "; " : "") + std::string("layer ") + std::to_string(l) + ": " + gpu_.path(static_cast<int>(l));
   }
@@ -40,6 +42,29 @@ class CudaTrainer final : public LowPrecisionTrainer {
     *records = stats_.records();
     return st;
   }
+  // Without records: the step launched (one graph) and waited for in end_step, so that the
+  // runner's other runs launch theirs meanwhile. With records the step downloads operands
+  // mid-step (synchronous): done whole here.
+  void begin_step(const Batch* batch, std::vector<OperandRecord>* records) override {
+    if (records) {
+      begun_ = step(batch, records);
+      return;
+    }
+    use_device();
+    gpu_.step_async(*batch);
+    launched_ = true;
+  }
+  StepStats end_step() override {
+    if (launched_) {
+      launched_ = false;
+      use_device();
+      return gpu_.finish();
+    }
+    if (!begun_) throw std::logic_error("CudaTrainer: end_step without begin_step");
+    StepStats s = std::move(*begun_);
+    begun_.reset();
+    return s;
+  }
   MlpState<float> state() const override {
     use_device();
     return gpu_.state();
@@ -48,7 +73,7 @@ class CudaTrainer final : public LowPrecisionTrainer {
     use_device();
     gpu_.set_state(s);
   }
-  std::string path() const override { return "GPU-resident step; " + path_; }
+  std::string path() const override { return "GPU-resident step, " + gpu_.launch_mode() + "; " + path_; }
   // Its own stream, cuBLASLt workspace, pinned buffers and statistics: it can step beside the
   // other runs, and gains by it (H200, 2026-12-03, 100k steps of mlp-quick-long-gpu.toml:
   // 75.8 s in sequence, 50.5 s side by side, identical losses; gpu.mlp checks whole traces).
@@ -61,6 +86,8 @@ class CudaTrainer final : public LowPrecisionTrainer {
   MlpCudaTrainer gpu_;
   int device_;
   std::string path_;
+  std::optional<StepStats> begun_;
+  bool launched_ = false;
 
   static int current_device() {
     int d = 0;
@@ -76,8 +103,8 @@ class CudaTrainer final : public LowPrecisionTrainer {
 }  // namespace
 
 std::unique_ptr<LowPrecisionTrainer> make_cuda_trainer(const MlpSpec& spec, const RecipeGemmOptions& opt,
-                                                       const MlpState<float>& state) {
-  return std::make_unique<CudaTrainer>(spec, opt, state);
+                                                       const MlpState<float>& state, bool cuda_graphs) {
+  return std::make_unique<CudaTrainer>(spec, opt, state, cuda_graphs);
 }
 
 }  // namespace fp4d::cuda

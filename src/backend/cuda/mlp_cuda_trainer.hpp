@@ -7,8 +7,9 @@
 
 namespace fp4d::cuda {
 
-// Throws std::invalid_argument where mlp_cuda_unsupported() names a reason.
+// Throws std::invalid_argument where mlp_cuda_unsupported() names a reason. cuda_graphs:
+// MlpCudaTrainer::set_cuda_graphs (the trace is the same either way).
 std::unique_ptr<LowPrecisionTrainer> make_cuda_trainer(const MlpSpec& spec, const RecipeGemmOptions& opt,
-                                                       const MlpState<float>& state);
+                                                       const MlpState<float>& state, bool cuda_graphs = true);
 
 }  // namespace fp4d::cuda

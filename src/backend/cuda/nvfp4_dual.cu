@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks) dual_quantize_ke
                                                                             std::int64_t cols, DualSpec spec,
                                                                             const std::uint32_t* keys, DualOutputs out) {
   __shared__ float tile[kWarps][kTileRows][kTileCols + 1];
+  if (spec.device_seed) spec.row_rounding.rng.seed = spec.col_rounding.rng.seed = *spec.device_seed;
   const GlobalScale gr = nvfp4_global_scale(bits_float(keys[0])), gc = nvfp4_global_scale(bits_float(keys[1]));
   if (blockIdx.x == 0 && threadIdx.x == 0) out.globals[0] = gr, out.globals[1] = gc;
   Tile t;

@@ -28,6 +28,9 @@ struct DualSpec {
   bool col_rht = false;          // RHT-16 along the columns before the columnwise quantization
   std::uint32_t rht_sign_mask = 0;  // bit i set: sign -1 on element i of each 16-run
   bool rht_bf16_output = false;  // the RHT output rounded to BF16 (RhtSpec::bf16_output)
+  // Set: both directions' SR seed is read from this device word when the kernel runs (the
+  // resident training step replays one captured CUDA graph with a new seed each step).
+  const std::uint64_t* device_seed = nullptr;
 };
 // The spec pair as a DualSpec; throws std::invalid_argument if the pair is not of that form.
 DualSpec dual_spec(const QuantSpec& row_spec, const QuantSpec& col_spec);
