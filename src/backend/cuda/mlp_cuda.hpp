@@ -25,6 +25,8 @@
 //          both GEMMs, as the spec says), or rowwise + columnwise 1x16 without 2D. Codes and
 //          block scales are decoded to BF16 without the global scale (exact), the GEMM is a
 //          BF16 GEMM and fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
+// Each step after the first runs as one CUDA graph (set_cuda_graphs): the kernels read the
+// step's SR seed and optimizer coefficients from device memory, so a replay is the same step.
 // Other recipes (fp8, mxfp4), shapes that are not multiples of 16 and the model options
 // swiglu, RMSNorm and residual connections are not resident (yet):
 // mlp_cuda_unsupported says why, and the runner falls back to host quantization + GPU GEMMs.
