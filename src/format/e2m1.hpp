@@ -67,6 +67,38 @@ FP4D_HD std::uint8_t e2m1_rne_not_nan(float y) {
   return static_cast<std::uint8_t>(e2m1_rne_magnitude(u & 0x7fffffffu) | ((u >> 28) & 8u));
 }
 
+// e2m1_rne_not_nan's magnitude on the FMA pipe: 2^23 + the magnitude code of |y|, as a float.
+// The code is a concave piecewise-linear function of a = |y| (slopes 2, 1, 1/2 on [0, 2],
+// [2, 4], [4, 6]), so it is the least of its three pieces and the saturation:
+//   rne(2a), rne(a) + 2, rne(a / 2) + 4, 7.
+// Each piece is one fused multiply-add: x + 2^23 for 0 <= x < 2^23 lies in [2^23, 2^24),
+// where floats are the integers, so the float rounding is rne(x) (ties to even integer, and
+// an even integer is an even code: 0.25 -> 0, 0.75 -> 1.0, 2.5 -> 2, 5 -> 4) and the integer
+// sits in the low mantissa bits. The products 2a and a / 2 are exact (a tiny a / 2 or a huge
+// 2a round, but then that piece is far from the least), so the host's unfused expression is
+// the same value as the device's __fmaf_rn. Inf gives Inf in every piece: 7. Why it exists:
+// the CUDA quantizer's RNE path is bound by the ALU pipe (ncu, docs/benchmarks.md), where
+// e2m1_rne_magnitude's bit arithmetic runs; these are three FMA-pipe operations and three
+// minimums. Equal to e2m1_rne_not_nan on every non-NaN float32 (tests/unit/test_formats.cpp,
+// all 2^32 inputs in the [long] sweep).
+FP4D_HD float e2m1_rne_magnitude_fma(float y) {
+#if defined(__CUDA_ARCH__)
+  const float a = fabsf(y);  // an operand modifier of the FFMAs, not an instruction
+  const float twice = __fmaf_rn(a, 2.0f, 0x1p23f), once = __fmaf_rn(a, 1.0f, 0x1p23f + 2.0f),
+              half = __fmaf_rn(a, 0.5f, 0x1p23f + 4.0f);
+#else
+  const float a = abs_f32(y);
+  const float twice = a * 2.0f + 0x1p23f, once = a + (0x1p23f + 2.0f), half = a * 0.5f + (0x1p23f + 4.0f);
+#endif
+  const float m = twice < once ? twice : once, n = half < 0x1p23f + 7.0f ? half : 0x1p23f + 7.0f;
+  return m < n ? m : n;
+}
+constexpr std::uint32_t kE2M1FmaBias = 0x4b000000u;  // float_bits(0x1p23f)
+
+FP4D_HD std::uint8_t e2m1_rne_not_nan_fma(float y) {
+  return static_cast<std::uint8_t>((float_bits(e2m1_rne_magnitude_fma(y)) - kE2M1FmaBias) | ((float_bits(y) >> 28) & 8u));
+}
+
 // Round toward zero (saturating at 6).
 FP4D_HD std::uint8_t e2m1_rz(float y) {
   const std::uint32_t u = float_bits(y);

@@ -282,7 +282,12 @@ TEST_CASE("E2M1 RNE: hand-worked midpoints and specials from the spec", "[e2m1]"
     CAPTURE(c.x, c.value);
     CHECK(same(e2m1_decode(e2m1_rne(c.x)), c.value));
     CHECK(same(e2m1_decode(e2m1_rne(-c.x)), -c.value));
+    // The CUDA quantizer's FMA-pipe form (non-NaN inputs only) on the same hand-worked cases.
+    CHECK(same(e2m1_decode(e2m1_rne_not_nan_fma(c.x)), c.value));
+    CHECK(same(e2m1_decode(e2m1_rne_not_nan_fma(-c.x)), -c.value));
   }
+  CHECK(e2m1_rne_not_nan_fma(-0.0f) == 0x8);
+  CHECK(e2m1_rne_not_nan_fma(-kInf) == 0xf);
   // The codes of the spec's special cases.
   CHECK(e2m1_rne(kInf) == 0x7);
   CHECK(e2m1_rne(-kInf) == 0xf);
@@ -337,9 +342,10 @@ TEST_CASE("E2M1 fast paths equal the value-table oracle on the dense sample", "[
     const float x = bits_float(u);
     if (is_nan_f32(x)) return true;  // NaN policy: tested above
     const std::uint8_t a = e2m1_rne(x), b = oracle_e2m1_rne(x), c = e2m1_rz(x), d = oracle_e2m1_rz(x);
-    const std::uint8_t e = e2m1_rne_not_nan(x);
-    if (a == b && c == d && e == b) return true;
-    *msg = "rne " + hex8(a) + " not-NaN rne " + hex8(e) + " table " + hex8(b) + ", rz " + hex8(c) + " table " + hex8(d);
+    const std::uint8_t e = e2m1_rne_not_nan(x), f = e2m1_rne_not_nan_fma(x);
+    if (a == b && c == d && e == b && f == b) return true;
+    *msg = "rne " + hex8(a) + " not-NaN rne " + hex8(e) + " FMA-pipe rne " + hex8(f) + " table " + hex8(b) + ", rz " +
+           hex8(c) + " table " + hex8(d);
     return false;
   });
   INFO(s.report());
@@ -876,6 +882,10 @@ TEST_CASE("Value-table oracle: all 2^32 float32 inputs, E2M1 RNE/RZ, E4M3, E5M2"
     // The CUDA quantizer's path for blocks without a NaN.
     if (e2m1_rne_not_nan(x) != e2m1_rne(x)) {
       *msg = "e2m1_rne_not_nan differs from e2m1_rne";
+      return false;
+    }
+    if (e2m1_rne_not_nan_fma(x) != e2m1_rne(x)) {
+      *msg = "e2m1_rne_not_nan_fma differs from e2m1_rne";
       return false;
     }
     const std::uint8_t r[4] = {e2m1_rne(x), e2m1_rz(x), e4m3_rne_satfinite(x), e5m2_rne_satfinite(x)};

@@ -55,6 +55,7 @@ struct QuantArgs {
   float* dequantized;                // rows x cols (unpadded), optional
   std::uint16_t* bf16_unscaled;      // rows x cols (unpadded) BF16 bits of q * S_b, optional
   unsigned long long* clipped;       // optional
+  bool alu_e2m1 = false;             // benchmark only: the RNE path's previous bit-arithmetic E2M1
 };
 
 // Input element -> float32. BF16 is the top half of a float32, so the conversion is exact.
@@ -377,6 +378,28 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
     if constexpr (Extras) clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks: underflow
   }
   const auto first = static_cast<std::uint64_t>(v) * N;
+  if (R == Rounding::NearestEven && !Extras && no_nan && !a.bf16_unscaled && !a.alu_e2m1) {
+    // The ALU pipe bounds this kernel (ncu): round on the FMA pipe (e2m1_rne_magnitude_fma,
+    // = e2m1_rne_not_nan on every non-NaN input) and pack as it goes. Each magnitude's bits
+    // are 2^23's plus the code, so the shifted sum is the packed codes plus a constant
+    // (no carries: codes <= 7 leave bit 3 of each nibble clear for the sign).
+    std::uint32_t sum = 0, signs = 0;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      sum += float_bits(e2m1_rne_magnitude_fma(y[j])) << (4 * j);
+      signs |= (float_bits(y[j]) >> (28 - 4 * j)) & (8u << (4 * j));
+    }
+    constexpr std::uint32_t bias = [] {
+      std::uint32_t b = 0;
+      for (int j = 0; j < N; ++j) b += kE2M1FmaBias << (4 * j);
+      return b;
+    }();
+    const std::uint32_t packed = (sum - bias) | signs;
+    if (!in) return 0;
+    if constexpr (N == 8) reinterpret_cast<std::uint32_t*>(a.codes)[v] = packed;
+    else reinterpret_cast<std::uint16_t*>(a.codes)[v] = static_cast<std::uint16_t>(packed);
+    return 0;
+  }
   std::uint8_t q[N];
   if (R == Rounding::NearestEven && !Extras && no_nan) {
     // (Packing the codes straight into their nibbles was tried: no faster without the BF16
@@ -685,6 +708,11 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   const bool whole_blocks = cols % kBlock == 0;
   QuantArgs with_bf16 = a;
   with_bf16.bf16_unscaled = dbf16.p;
+  QuantArgs alu = a;
+  alu.alu_e2m1 = true;
+  res.variants.push_back({"owner kernel, E2M1 RNE on the ALU pipe (previous)",
+                          time_best(repeat, "quantize, ALU E2M1 (bench)",
+                                    [&] { quantize_1x16_device(dx.p, rows, cols, alu, nullptr); })});
   res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
                           time_best(repeat, "quantize + bf16 (bench)",
                                     [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
