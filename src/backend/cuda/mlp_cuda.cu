@@ -624,20 +624,27 @@ struct MlpCudaTrainer::Impl {
                           cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (lost)");
   }
 
+  // A failure names the way around it: the same step kernel by kernel.
   void capture(std::uint64_t seed) {
     cudaGraph_t g = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture (training step)");
     try {
-      enqueue_step(seed, nullptr);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &g);
-      if (g) cudaGraphDestroy(g);
-      throw;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture (training step)");
+      try {
+        enqueue_step(seed, nullptr);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (training step)");
+      const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
+      cudaGraphDestroy(g);
+      check(e, "cudaGraphInstantiate (training step)");
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string(e.what()) +
+                               " (capturing the training step as a CUDA graph; `fp4drift run --cuda-graphs off` "
+                               "runs the same step kernel by kernel)");
     }
-    check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (training step)");
-    const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
-    cudaGraphDestroy(g);
-    check(e, "cudaGraphInstantiate (training step)");
   }
 
   bool graph_ready_for(const MlpCudaOperands* ops) const {
