@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -44,26 +43,18 @@ class CudaTrainer final : public LowPrecisionTrainer {
   }
   // Without records: the step launched (one graph) and waited for in end_step, so that the
   // runner's other runs launch theirs meanwhile. With records the step downloads operands
-  // mid-step (synchronous): done whole here.
+  // mid-step (synchronous): done whole in begin_step, as the interface's default does.
   void begin_step(const Batch* batch, std::vector<OperandRecord>* records) override {
-    if (records) {
-      begun_ = step(batch, records);
-      return;
-    }
+    if (records) return LowPrecisionTrainer::begin_step(batch, records);
     use_device();
     gpu_.step_async(*batch);
     launched_ = true;
   }
   StepStats end_step() override {
-    if (launched_) {
-      launched_ = false;
-      use_device();
-      return gpu_.finish();
-    }
-    if (!begun_) throw std::logic_error("CudaTrainer: end_step without begin_step");
-    StepStats s = std::move(*begun_);
-    begun_.reset();
-    return s;
+    if (!launched_) return LowPrecisionTrainer::end_step();
+    launched_ = false;
+    use_device();
+    return gpu_.finish();
   }
   MlpState<float> state() const override {
     use_device();
@@ -86,8 +77,7 @@ class CudaTrainer final : public LowPrecisionTrainer {
   MlpCudaTrainer gpu_;
   int device_;
   std::string path_;
-  std::optional<StepStats> begun_;
-  bool launched_ = false;
+  bool launched_ = false;  // begin_step launched the step: end_step waits for it
 
   static int current_device() {
     int d = 0;
