@@ -90,8 +90,14 @@ FP4D_HD float e2m1_rne_magnitude_fma(float y) {
   const float a = abs_f32(y);
   const float twice = a * 2.0f + 0x1p23f, once = a + (0x1p23f + 2.0f), half = a * 0.5f + (0x1p23f + 4.0f);
 #endif
+#if defined(__CUDA_ARCH__)
+  // fminf: one FMNMX each, where the selects below compile to a compare and a select; the same
+  // value for every non-NaN y (no operand is then a NaN).
+  return fminf(fminf(twice, once), fminf(half, 0x1p23f + 7.0f));
+#else
   const float m = twice < once ? twice : once, n = half < 0x1p23f + 7.0f ? half : 0x1p23f + 7.0f;
   return m < n ? m : n;
+#endif
 }
 constexpr std::uint32_t kE2M1FmaBias = 0x4b000000u;  // float_bits(0x1p23f)
 

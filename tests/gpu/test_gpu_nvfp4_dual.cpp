@@ -2,11 +2,12 @@
 // bit: quantize_cpu(x, rowwise spec) and quantize_cpu(x, columnwise spec), codes, scale codes
 // and both global scales (the columnwise one from the RHT output's amax), for RNE, RZ, exact and
 // 8-bit SR (separate Philox streams per direction), TE and legacy scale rules, BF16 RHT output,
-// random signs, widths that are and are not multiples of the 64-column warp tile, and inputs
-// with zero rows, Inf and NaN.
+// random signs, widths that are and are not multiples of the 64-column warp tile, float32 and
+// BF16 input, and inputs with zero rows, Inf and NaN.
 #include <limits>
 
 #include "backend/cuda/nvfp4_dual.hpp"
+#include "format/bf16.hpp"
 #include "quant/quantize.hpp"
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
@@ -17,8 +18,11 @@ using namespace fp4d;
 using namespace fp4d_test;
 
 namespace fp4d::cuda {
-// nvfp4_dual.cu's test hook: mismatches of its branch-free SR conversion against e2m1_sr.
-std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad);
+// nvfp4_dual.cu's test hook: mismatches of its fast SR conversions against e2m1_sr, and how many
+// random words fell in the FMA-pipe form's undecided band.
+std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad, std::uint64_t* undecided);
+// ... and of the hardware E4M3 conversion against e4m3_rne_satfinite (non-NaN; NaN counted apart).
+std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches);
 }  // namespace fp4d::cuda
 
 namespace {
@@ -36,8 +40,14 @@ Matrix input(std::int64_t rows, std::int64_t cols, bool nonfinite) {
   return x;
 }
 
-void compare(const Matrix& x, const QuantSpec& row, const QuantSpec& col) {
-  const cuda::DualHostResult g = cuda::nvfp4_quantize_dual_cuda(x, row, col);
+// x with every element rounded to BF16 (NaN stays a NaN), for the BF16-input kernels.
+Matrix bf16_values(Matrix x) {
+  for (float& v : x.data) v = bf16_round(v);
+  return x;
+}
+
+void compare(const Matrix& x, const QuantSpec& row, const QuantSpec& col, bool bf16_input = false) {
+  const cuda::DualHostResult g = cuda::nvfp4_quantize_dual_cuda(x, row, col, bf16_input);
   const QuantizedTensor r = quantize_cpu(x, row), c = quantize_cpu(x, col);
   CHECK(g.row_codes == r.codes);
   CHECK(g.row_scales == r.scale_codes);
@@ -64,6 +74,8 @@ TEST_CASE("Dual NVFP4 (rowwise + columnwise, RHT) equals two CPU quantizations b
           col.rounding.rng = RngStream{41, 2};
           INFO(rows << " x " << cols << (nonfinite ? " with Inf/NaN" : "") << ", " << col_name << ", row mode " << mode);
           compare(x, row, col);
+          INFO("BF16 input");
+          compare(bf16_values(x), row, col, true);
         }
     }
 }
@@ -78,17 +90,42 @@ TEST_CASE("Dual NVFP4: legacy rule, BF16 RHT output and random signs") {
   col.rounding.sr_bits = 8;
   col.rounding.rng = RngStream{5, 6};
   compare(x, row, col);
+  compare(bf16_values(x), row, col, true);
 }
 
-TEST_CASE("Dual NVFP4: the kernel's fast SR conversion equals e2m1_sr on all 2^32 inputs") {
-  // Per input: a random word, the tie word floor(f * 2^32), its neighbours, 0 and ~0; exact SR
-  // (the tie goes to e2m1_sr's 128-bit tie break) and k-bit SR.
-  for (const int sr_bits : {kSrExact, 8, 1, 31, 32}) {
+TEST_CASE("Dual NVFP4: the kernel's fast SR conversions equal e2m1_sr on all 2^32 inputs") {
+  // Per input: a random word, the tie word F = floor(f * 2^32), its neighbours, 0 and ~0, and
+  // the edges of the FMA-pipe form's band (F & ~511, one below, +511, +512); exact SR (the tie
+  // goes to e2m1_sr's 128-bit tie break) and k-bit SR. The band (512 words of 2^32) may only
+  // be used with more than 23 random bits; a random word lands in it with probability 2^-23,
+  // so about 2^32 * 2^-23 = 512 of the random words (non-NaN inputs) should: at least one and
+  // fewer than 2048 (Poisson(512) beyond either has probability below 1e-100).
+  for (const int sr_bits : {kSrExact, 8, 1, 23, 24, 31, 32}) {
     std::uint32_t first_bad = 0;
-    const std::uint64_t bad = cuda::dual_sr_fast_exhaustive_check(sr_bits, &first_bad);
-    INFO("sr_bits " << sr_bits << ", first mismatching input bits 0x" << std::hex << first_bad);
+    std::uint64_t undecided = 0;
+    const std::uint64_t bad = cuda::dual_sr_fast_exhaustive_check(sr_bits, &first_bad, &undecided);
+    INFO("sr_bits " << sr_bits << ", first mismatching input bits 0x" << std::hex << first_bad << std::dec
+                    << ", undecided random words " << undecided);
     CHECK(bad == 0);
+    if (sr_bits == kSrExact || sr_bits > 23) {
+      CHECK(undecided >= 1);
+      CHECK(undecided < 2048);
+    } else {
+      CHECK(undecided == 0);
+    }
   }
+}
+
+TEST_CASE("Dual NVFP4: the hardware E4M3 conversion equals e4m3_rne_satfinite on all non-NaN inputs") {
+  // The fast path takes its block scale codes from cvt.rn.satfinite.e4m3x2.f32 (an independent
+  // implementation of the same rounding); it never passes a NaN, so NaN inputs are reported,
+  // not required to agree.
+  std::uint32_t first_bad = 0;
+  std::uint64_t nan_mismatches = 0;
+  const std::uint64_t bad = cuda::dual_e4m3_hw_exhaustive_check(&first_bad, &nan_mismatches);
+  INFO("first mismatching input bits 0x" << std::hex << first_bad << std::dec << "; NaN inputs that differ: "
+                                         << nan_mismatches);
+  CHECK(bad == 0);
 }
 
 TEST_CASE("Dual NVFP4 refuses what it does not compute") {
@@ -97,4 +134,7 @@ TEST_CASE("Dual NVFP4 refuses what it does not compute") {
   CHECK_THROWS_AS(cuda::nvfp4_quantize_dual_cuda(x, preset("nvfp4").spec, preset("nvfp4").spec), std::invalid_argument);
   CHECK_THROWS_AS(cuda::nvfp4_quantize_dual_cuda(Matrix(24, 32, 1.0f), preset("nvfp4").spec, preset("nvfp4-col").spec),
                   std::invalid_argument);
+  CHECK_THROWS_AS(cuda::nvfp4_quantize_dual_cuda(Matrix(32, 32, 1.0f + 0x1p-20f), preset("nvfp4").spec,
+                                                 preset("nvfp4-col").spec, true),
+                  std::invalid_argument);  // not a BF16 value
 }

@@ -1,18 +1,25 @@
 // Rowwise + columnwise (+ RHT) NVFP4 quantization in one pass (see nvfp4_dual.hpp).
 //
 // Work unit: one warp per 16-row x 64-column tile.
-//  phase A  lane = two adjacent columns: 16 loads of a pair down the columns (row r0 + i at all
-//           lanes is one 128-byte (BF16) or 256-byte (float) segment); the values go to shared
-//           memory; the lane applies the RHT to each column (signs, fast Walsh-Hadamard
-//           butterflies, x 1/4, optional BF16 - rht.hpp's order) and quantizes each as one
-//           columnwise 1x16 block (8 code bytes in the transposed output, one scale byte).
-//  phase B  64 rowwise 1x16 blocks per tile, two per lane, read from shared memory and
-//           quantized with the rowwise global scale.
-// Every rounding decision is the shared FP4D_HD code of the CPU backend (--fmad=false), with the
-// element's index in its stored orientation as the Philox counter, so the bits agree.
-// The amax kernel walks the same tiles (phase A only, grid-stride, one resident wave of blocks)
-// and reduces |x| and |RHT(x)| as unsigned keys (NaN -> 0; exact in any order), one atomicMax
-// per key per block.
+//  load     lane l holds two rowwise 1x16 blocks whole, rows r0 + l/4 and r0 + l/4 + 8, columns
+//           c0 + 16 (l % 4) .. + 15, as 16-byte loads (4 lanes cover a row's 64 columns), and
+//           puts them into the warp's shared tile (16-byte chunks XOR-swizzled so that both the
+//           16-byte stores and the column reads below are free of bank conflicts).
+//  rows     each lane quantizes its two rowwise blocks from registers.
+//  columns  lane l reads columns c0 + 2l and c0 + 2l + 1 from the shared tile, applies the RHT
+//           (signs, fast Walsh-Hadamard butterflies, x 1/4, optional BF16 - rht.hpp's order) and
+//           quantizes each column as one columnwise 1x16 block (8 code bytes in the transposed
+//           output, one scale byte).
+// Fast paths (no NaN among the values to round, one vote per warp and direction): E2M1 RNE on
+// the FMA pipe (e2m1_rne_magnitude_fma), SR by e2m1_sr_mag_fma below, codes packed by Horner's
+// rule in one IMAD per element and signs gathered by one funnel shift per element. Otherwise,
+// and for RZ, quantize_block: the shared FP4D_HD code element by element. Every rounding
+// decision equals the CPU backend's (--fmad=false; the fast forms are checked against the shared
+// ones on all 2^32 inputs), with the element's index in its stored orientation as the Philox
+// counter, so the bits agree.
+// The amax kernel walks the same tiles (column pairs, grid-stride, one resident wave of blocks)
+// and reduces |x| and |RHT(x)| with fmaxf (NaN ignored, exact in any order), one atomicMax per
+// key per block.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include "backend/cuda/bench_data.cuh"
+#include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
@@ -33,11 +41,10 @@ namespace fp4d::cuda {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
-// The quantize kernel at 3 blocks (24 warps) per SM: 80 registers, no spills (H200, 8192^2 BF16:
-// RNE 0.246 -> 0.224 ms, RHT+SR 0.577 -> 0.542 ms against the unbounded 86 registers / 2 blocks;
-// 4 blocks spills and was slower for RNE).
-constexpr int kQuantizeMinBlocks = 3;
-
+constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
+static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
+// Quantize kernel blocks per SM asked of ptxas (register cap 65536 / (256 * 4) = 64).
+constexpr int kQuantizeMinBlocks = 4;
 
 // Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
 __device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
@@ -49,35 +56,50 @@ __device__ __forceinline__ void load_pair(const std::uint16_t* p, float* a, floa
   *a = bits_float(v << 16), *b = bits_float(v & 0xffff0000u);  // BF16 -> float32, exact
 }
 
-__device__ __forceinline__ std::uint32_t amax_key(float x) {
-  const std::uint32_t a = float_bits(x) & 0x7fffffffu;
-  return a <= 0x7f800000u ? a : 0u;
-}
-
-struct Tile {
-  std::int64_t r0, c0;
-  int lane, warp;
+// The RHT's sign vector as +-1.0f kernel arguments (operands of the first butterflies straight
+// from the constant bank) and its BF16 option.
+struct RhtArgs {
+  float sign[16];
+  bool bf16_output;
 };
-__device__ __forceinline__ bool tile_of_warp(std::int64_t rows, std::int64_t cols, Tile* t) {
-  t->lane = static_cast<int>(threadIdx.x & 31u);
-  t->warp = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t tiles_per_row = (cols + kTileCols - 1) / kTileCols;
-  const std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kWarps + t->warp;
-  if (tile >= (rows / kTileRows) * tiles_per_row) return false;
-  t->r0 = (tile / tiles_per_row) * kTileRows;
-  t->c0 = (tile % tiles_per_row) * kTileCols;
-  return true;
+RhtArgs rht_args(const DualSpec& s) {
+  RhtArgs a{};
+  for (int i = 0; i < 16; ++i) a.sign[i] = ((s.rht_sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+  a.bf16_output = s.rht_bf16_output;
+  return a;
 }
 
-// rht.hpp's float32 order: x * s_i, butterflies, x (1/4), optional BF16.
-__device__ __forceinline__ void rht16(float* v, const DualSpec& s) {
+// One stage of fwht_inplace (rht.hpp) at stride H.
+template <int H>
+__device__ __forceinline__ void butterflies(float* v) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = v[i] * (((s.rht_sign_mask >> i) & 1u) ? -1.0f : 1.0f);
-  fwht_inplace(v, 16);
+  for (int i = 0; i < 16; i += 2 * H)
+#pragma unroll
+    for (int j = i; j < i + H; ++j) {
+      const float a = v[j], b = v[j + H];
+      v[j] = a + b;
+      v[j + H] = a - b;
+    }
+}
+
+// rht.hpp's float32 order: x * s_i, butterflies, x (1/4), optional BF16. The sign products are
+// exact, so the first butterflies fold them in: fma(a, s_a, b * s_b) is the rounded
+// a * s_a + b * s_b, the same value as (a * s_a) + (b * s_b) (and fma(a, s_a, -(b * s_b)) the
+// difference), one instruction fewer per pair.
+__device__ __forceinline__ void rht16(float* v, const RhtArgs& s) {
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    const float a = v[j], t = v[j + 1] * s.sign[j + 1];
+    v[j] = __fmaf_rn(a, s.sign[j], t);
+    v[j + 1] = __fmaf_rn(a, s.sign[j], -t);
+  }
+  butterflies<2>(v);
+  butterflies<4>(v);
+  butterflies<8>(v);
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const float t = v[i] * 0.25f;  // rht_scale_f32(16), exact
-    v[i] = s.rht_bf16_output ? bf16_round(t) : t;
+    v[i] = s.bf16_output ? bf16_round(t) : t;
   }
 }
 
@@ -92,8 +114,9 @@ __device__ __forceinline__ void rht16(float* v, const DualSpec& s) {
 //             significand m shifted by E - 117 (E the biased exponent; left shifts wrap the
 //             code's bit away, right shifts truncate: that is the floor).
 // Where exact SR's first word ties (w == floor(f * 2^32)) e2m1_sr itself decides (probability
-// 2^-32). Checked equal to e2m1_sr for all 2^32 y, with random w, tie w and tie w +- 1, exact and
-// k-bit SR, by dual_sr_fast_exhaustive_check (tests/gpu/test_gpu_nvfp4_dual.cpp).
+// 2^-32). The general path of the quantize kernel (NaN in the warp's values, or the rare band
+// e2m1_sr_mag_fma leaves undecided) uses it; checked equal to e2m1_sr for all 2^32 y
+// (sr_fast_check_kernel).
 __device__ __noinline__ std::uint32_t e2m1_sr_tie(float y, std::uint32_t w, RoundingSpec r, std::uint64_t index) {
   return e2m1_sr(y, w, r.sr_bits, r.rng, index);
 }
@@ -112,12 +135,65 @@ __device__ __forceinline__ std::uint32_t e2m1_sr_fast(float y, std::uint32_t w, 
   return mag | sign;
 }
 
+// The SR magnitude code of a non-NaN y mostly on the FMA pipe (the quantize kernel is bound by
+// the ALU pipe, where e2m1_sr_fast's bit arithmetic runs). With a = |y| and k = 0, 1, 2 for
+// a < 2, [2, 4), >= 4 (the E2M1 spacing sp = 0.5, 1, 2) and M = 2^(22 + k) (whose float ulp is
+// sp):
+//   P   = M + a rounded down    = M + the lower grid point g; bits(P) - bits(M) = g / sp
+//   rem = a - (P - M)           = a - g, exact (Sterbenz), f = rem / sp
+//   G   = 2^23 + rem * 2^23/sp rounded down = 2^23 + floor(f * 2^23), so
+//   T   = bits(G) << 9          = floor(f * 2^23) * 2^9 (2^23's bits shift out) = F & ~511,
+// F = floor(f * 2^32) the spec's word. The lower code is g / sp + 2k (0..3, 4..5, 6..7 on the
+// three pieces), and the decision against the random word w is the spec's wherever the low 9
+// bits of F cannot matter: k-bit SR with k <= 23 compares w >> drop with T >> drop exactly;
+// otherwise w < T means w < F (up) and w >= T + 512 means w > F (down), and the band
+// T <= w < T + 512 (probability 2^-23) is left to the caller (*undecided). Codes above 7 (a >= 6
+// with an up, a >= 8, Inf) saturate to 7 as e2m1_sr does.
+__device__ __forceinline__ std::uint32_t e2m1_sr_mag_fma(float y, std::uint32_t w, int drop, bool* undecided) {
+  const float a = fabsf(y);
+  const std::uint32_t e = float_bits(a) >> 23;
+  const std::uint32_t k = min(max(e, 127u), 129u) - 127u;
+  const float m = bits_float(0x4a800000u + (k << 23));       // 2^22, 2^23, 2^24
+  const float scale = bits_float(0x4b800000u - (k << 23));   // 2^23 / sp: 2^24, 2^23, 2^22
+  const float p = __fadd_rd(a, m);
+  const float rem = a - (p - m);
+  const std::uint32_t t = float_bits(__fmaf_rd(rem, scale, 0x1p23f)) << 9;
+  const std::uint32_t c = float_bits(p) - float_bits(m) + 2u * k;
+  if (drop < 9) *undecided |= (w - t) < 512u;
+  const std::uint32_t up = static_cast<std::uint32_t>((w >> drop) < (t >> drop));
+  return min(c + up, 7u);
+}
+
+// Element i of a 1x16 block held as raw input words (BF16: two per word, low half first).
+template <class T>
+__device__ __forceinline__ float block_elem(const std::uint32_t* w, int i) {
+  if constexpr (sizeof(T) == 2) return bits_float((i & 1) ? (w[i >> 1] & 0xffff0000u) : (w[i >> 1] << 16));
+  else return bits_float(w[i]);
+}
+
+// max(acc, |v|) that returns NaN if either is one (PTX max.NaN, sm_80+): one vote on the block
+// amaxes tells a warp whether any value it rounds is a NaN.
+__device__ __forceinline__ float max_abs_nan(float acc, float v) {
+  float r;
+  asm("{\n\t.reg .f32 t;\n\tabs.f32 t, %2;\n\tmax.NaN.f32 %0, %1, t;\n\t}" : "=f"(r) : "f"(acc), "f"(v));
+  return r;
+}
+__device__ __forceinline__ float block_amax_nan(const float* v) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) a = max_abs_nan(a, v[i]);
+  return a;
+}
+
 // One 1x16 block, as the CPU reference: block amax (NaN ignored: fmaxf returns the non-NaN
 // operand, the values are >= +0, so this is max_ignore_nan), E4M3 scale, codes. No clamp before
 // the conversions: e2m1_rne / e2m1_rz saturate exactly as the clamp does (all 2^32 inputs,
 // long.formats), e2m1_sr_fast as said above. index0 (the first element's index in the stored
 // orientation) is a multiple of 16, so the block's SR words are the four Philox blocks
-// index0/4 .. index0/4 + 3: drawn once per 4 elements.
+// index0/4 .. index0/4 + 3: drawn once per 4 elements. The kernel's general path, for blocks
+// with a NaN to round, for RZ, and for a block with an undecided SR element.
+// MaySr = false leaves the SR branch out (a kernel whose specs have no SR).
+template <bool MaySr>
 __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalScale g, bool legacy, const RoundingSpec& r,
                                                        std::uint64_t index0, std::uint8_t* codes8) {
   float amax = 0.0f;
@@ -126,7 +202,7 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, legacy);
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
   std::uint32_t w[2] = {0, 0};
-  if (r.mode == Rounding::Stochastic) {
+  if (MaySr && r.mode == Rounding::Stochastic) {
     const int drop = r.sr_bits == kSrExact ? 0 : 32 - r.sr_bits;
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
@@ -149,91 +225,309 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   return s;
 }
 
+// Horner's packing: acc * 16 + bits (an IMAD) for i = 7 .. 0 leaves element i's low nibble in
+// nibble i; what lies above the nibble in `bits` shifts out or adds a known constant.
+__host__ __device__ constexpr std::uint32_t horner_bias(std::uint32_t above) {
+  std::uint32_t b = 0;
+  for (int i = 0; i < 8; ++i) b += above << (4 * i);
+  return b;
+}
+
+// The fast path of one block with no NaN among its values (amax = its block amax): scales,
+// codes (RNE on the FMA pipe, or SR), stores. Returns false, having stored nothing, when an SR
+// element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
+template <bool Sr>
+__device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, GlobalScale g, const float* encode_of,
+                                                    bool legacy, const RoundingSpec& r, int drop, std::uint64_t index0,
+                                                    std::uint8_t* codes8, std::uint8_t* scale, bool in) {
+  const std::uint8_t s = block_scale_code_hw(amax, g.encode, legacy);
+  const float e_b = encode_of[s];  // nvfp4_block_encode_scale(s, g.decode), tabulated per CTA
+  std::uint32_t acc[2] = {0, 0}, signs[2] = {0, 0};
+  bool undecided = false;
+  if constexpr (Sr) {
+#pragma unroll
+    for (int q4 = 3; q4 >= 0; --q4) {
+      const Philox4x32 words = philox_block(r.rng, (index0 >> 2) + static_cast<std::uint64_t>(q4));
+#pragma unroll
+      for (int k = 3; k >= 0; --k) {
+        const int i = 4 * q4 + k;
+        const float y = v[i] * e_b;
+        acc[i >> 3] = acc[i >> 3] * 16u + e2m1_sr_mag_fma(y, words.v[k], drop, &undecided);
+        signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 15; i >= 0; --i) {
+      const float y = v[i] * e_b;
+      acc[i >> 3] = acc[i >> 3] * 16u + float_bits(e2m1_rne_magnitude_fma(y));
+      signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
+    }
+  }
+  if (undecided) return false;
+  constexpr std::uint32_t bias = Sr ? 0u : horner_bias(kE2M1FmaBias);
+  if (in) {
+    *reinterpret_cast<uint2*>(codes8) =
+        make_uint2((acc[0] - bias) | (signs[0] & 0x88888888u), (acc[1] - bias) | (signs[1] & 0x88888888u));
+    *scale = s;
+  }
+  return true;
+}
+
+// One block of one direction on the fast path; false (nothing stored) where it does not apply:
+// a NaN among the values to round, RZ, or an undecided SR element. The lane owns the block, so
+// the choice is the lane's own.
+template <bool Sr>
+__device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale g, const float* encode_of, bool legacy,
+                                              const RoundingSpec& r, std::uint64_t index0, std::uint8_t* codes8,
+                                              std::uint8_t* scale, bool in) {
+  const float amax = block_amax_nan(v);
+  if (amax != amax || !(Sr || r.mode == Rounding::NearestEven)) return false;
+  const int drop = r.sr_bits == kSrExact ? 0 : 32 - r.sr_bits;
+  return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, drop, index0, codes8, scale, in);
+}
+
 // Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one
 // atomicMax per key per block (one per warp and tile made the same-address atomics the
-// bottleneck of this pass).
+// bottleneck of this pass). fmaxf ignores NaN (its other operand is returned) and the values
+// are >= +0, so the maxima are the reference's max_ignore_nan; their bits are the keys.
 template <class T>
 __global__ void __launch_bounds__(kThreads) dual_amax_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols,
-                                                             DualSpec spec, std::uint32_t* keys) {
-  __shared__ std::uint32_t part[2][kWarps];
+                                                             bool rht, RhtArgs rs, std::uint32_t* keys) {
+  __shared__ float part[2][kWarps];
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
   const std::int64_t tiles_per_row = (cols + kTileCols - 1) / kTileCols, tiles = (rows / kTileRows) * tiles_per_row;
-  std::uint32_t kr = 0, kc = 0;
+  float ar = 0.0f, ac = 0.0f;
   for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; tile < tiles;
        tile += static_cast<std::int64_t>(gridDim.x) * kWarps) {
     const std::int64_t r0 = (tile / tiles_per_row) * kTileRows, c = (tile % tiles_per_row) * kTileCols + 2 * lane;
     if (c >= cols) continue;
     float v[2][16];
-    std::uint32_t k = 0;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       load_pair(x + (r0 + i) * cols + c, &v[0][i], &v[1][i]);
-      k = max(k, max(amax_key(v[0][i]), amax_key(v[1][i])));
+      ar = fmaxf(ar, fmaxf(fabsf(v[0][i]), fabsf(v[1][i])));
     }
-    kr = max(kr, k);
-    if (spec.col_rht) {
+    if (rht) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        rht16(v[j], spec);
+        rht16(v[j], rs);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) kc = max(kc, amax_key(v[j][i]));
+        for (int i = 0; i < 16; ++i) ac = fmaxf(ac, fabsf(v[j][i]));
       }
     }
   }
-  if (!spec.col_rht) kc = kr;
-  kr = __reduce_max_sync(0xffffffffu, kr);
-  kc = __reduce_max_sync(0xffffffffu, kc);
-  if (lane == 0) part[0][warp] = kr, part[1][warp] = kc;
+  if (!rht) ac = ar;
+  std::uint32_t kr = __reduce_max_sync(0xffffffffu, float_bits(ar));
+  std::uint32_t kc = __reduce_max_sync(0xffffffffu, float_bits(ac));
+  if (lane == 0) part[0][warp] = bits_float(kr), part[1][warp] = bits_float(kc);
   __syncthreads();
   if (threadIdx.x < 2) {
     std::uint32_t m = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = max(m, part[threadIdx.x][w]);
+    for (int w = 0; w < kWarps; ++w) m = max(m, float_bits(part[threadIdx.x][w]));
     if (m) atomicMax(keys + threadIdx.x, m);
   }
 }
 
+// The warp's shared tile: 16 rows of 64 elements as 16-byte chunks (BF16: 8 per row, float: 16).
+// Chunk ch of row r sits at ch ^ ((ch >> 3) << 1) ^ (r & 1): the 16-byte stores of a quarter
+// warp (two rows, four blocks) and the column reads (one word or two per lane along a row) each
+// hit distinct banks.
 template <class T>
-__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks) dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows,
-                                                                            std::int64_t cols, DualSpec spec,
-                                                                            const std::uint32_t* keys, DualOutputs out) {
-  __shared__ float tile[kWarps][kTileRows][kTileCols + 1];
-  if (spec.device_seed) spec.row_rounding.rng.seed = spec.col_rounding.rng.seed = *spec.device_seed;
-  const GlobalScale gr = nvfp4_global_scale(bits_float(keys[0])), gc = nvfp4_global_scale(bits_float(keys[1]));
-  if (blockIdx.x == 0 && threadIdx.x == 0) out.globals[0] = gr, out.globals[1] = gc;
-  Tile t;
-  if (!tile_of_warp(rows, cols, &t)) return;
-  // Phase A: the lane's two columns.
-  const std::int64_t c = t.c0 + 2 * t.lane;
-  if (c < cols) {
-    float v[2][16];
+struct SharedTile {
+  static constexpr int kChunks = 4 * static_cast<int>(sizeof(T));
+  uint4 chunk[kTileRows * kChunks];
+  __device__ __forceinline__ static int at(int r, int ch) { return r * kChunks + (ch ^ ((ch >> 3) << 1) ^ (r & 1)); }
+};
+
+// Rowwise block blk (16 columns) of tile row r, and column 2 lane + j, back from the shared tile.
+template <class T>
+__device__ __forceinline__ void tile_row_block(const SharedTile<T>& tile, int r, int blk, float (&v)[16]) {
+  constexpr int kVecs = static_cast<int>(sizeof(T));
+  uint4 raw[kVecs];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      load_pair(x + (t.r0 + i) * cols + c, &v[0][i], &v[1][i]);
-      tile[t.warp][i][2 * t.lane] = v[0][i];
-      tile[t.warp][i][2 * t.lane + 1] = v[1][i];
-    }
+  for (int k = 0; k < kVecs; ++k) raw[k] = tile.chunk[SharedTile<T>::at(r, blk * kVecs + k)];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (spec.col_rht) rht16(v[j], spec);
-      const std::int64_t base = (c + j) * rows + t.r0;  // index in the transposed (stored) orientation
-      out.col_scales[base / 16] = quantize_block(v[j], gc, spec.legacy, spec.col_rounding,
-                                                 static_cast<std::uint64_t>(base), out.col_codes + base / 2);
+  for (int i = 0; i < 16; ++i) v[i] = block_elem<T>(reinterpret_cast<const std::uint32_t*>(raw), i);
+}
+template <class T>
+__device__ __forceinline__ void tile_column(const SharedTile<T>& tile, int lane, int j, float (&v)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if constexpr (sizeof(T) == 2) {
+      const std::uint32_t w = reinterpret_cast<const std::uint32_t*>(&tile.chunk[SharedTile<T>::at(i, lane >> 2)])[lane & 3];
+      v[i] = bits_float(j ? (w & 0xffff0000u) : (w << 16));
+    } else {
+      v[i] = reinterpret_cast<const float*>(&tile.chunk[SharedTile<T>::at(i, lane >> 1)])[2 * (lane & 1) + j];
     }
   }
+}
+
+// What a CTA keeps in shared memory besides its warps' tiles: the global scales and the block
+// encode scale of every E4M3 scale code (0..127; computed once per CTA, so a block's e_b is
+// one load instead of an IEEE division), and the CTA's outputs that are not contiguous per
+// warp - the columnwise codes and scales (8 and 1 bytes per column and warp) and the rowwise
+// scales (4 bytes per row) - written out together at the end: 64 contiguous code bytes per
+// column instead of 8 (the scattered 8-byte stores bound the previous version by L2 traffic).
+template <class T>
+struct DualShared {
+  SharedTile<T> tile[kWarps];
+  uint2 col_codes[kWarps][kTileCols];         // [warp][column]: the column's 16 codes of the warp's rows
+  std::uint8_t col_scales[kWarps][kTileCols];
+  std::uint8_t row_scales[kCtaRows][kTileCols / 16];
+  float encode_of[2][128];                          // [direction][E4M3 code]
+  GlobalScale g[2];
+  std::uint64_t seed;
+};
+
+template <class T, bool Rht, bool RowSr, bool ColSr>
+__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks)
+    dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, DualSpec spec, RhtArgs rs,
+                         const std::uint32_t* keys, DualOutputs out) {
+  constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
+  __shared__ DualShared<T> sh;
+  const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
+  const std::int64_t R0 = (static_cast<std::int64_t>(blockIdx.x) / col_tiles) * kCtaRows;
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) % col_tiles) * kTileCols;
+  if (threadIdx.x == 0) {
+    sh.g[0] = nvfp4_global_scale(bits_float(keys[0]));
+    sh.g[1] = nvfp4_global_scale(bits_float(keys[1]));
+    if (blockIdx.x == 0) out.globals[0] = sh.g[0], out.globals[1] = sh.g[1];
+    if (spec.device_seed) sh.seed = *spec.device_seed;
+  }
+  __syncthreads();
+  fill_encode_table(sh.encode_of[0], sh.g[0].decode);  // threads 0..127 (the CTA has 256)
+  if (threadIdx.x >= 128) {
+    const int code = static_cast<int>(threadIdx.x - 128);
+    sh.encode_of[1][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), sh.g[1].decode);
+  }
+  RoundingSpec rr = spec.row_rounding, cr = spec.col_rounding;
+  if (spec.device_seed) rr.rng.seed = cr.rng.seed = sh.seed;
+  const GlobalScale gr = sh.g[0], gc = sh.g[1];
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t r0 = R0 + kTileRows * warp;
+  const bool warp_in = r0 < rows;
+  SharedTile<T>& tile = sh.tile[warp];
+  __syncthreads();  // the tables
+
+  // Rows: this lane's two rowwise blocks, whole.
+  const int blk = lane & 3;
+  const std::int64_t cb = c0 + 16 * blk;
+  const bool row_in = warp_in && cb < cols;
+  uint4 raw[2][kVecs];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4* src = reinterpret_cast<const uint4*>(x + (r0 + (lane >> 2) + 8 * h) * cols + cb);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) raw[h][k] = row_in ? __ldg(src + k) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)] = raw[h][k];
   __syncwarp();
-  // Phase B: two rowwise blocks per lane (16 rows x 4 blocks per tile).
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int b = t.lane + 32 * k, i = b >> 2, blk = b & 3;
-    const std::int64_t cb = t.c0 + 16 * blk, r = t.r0 + i;
-    if (cb < cols) {
+  // Not unrolled (here and for the columns): one copy of the block code per direction keeps
+  // the kernel's instructions in cache; the block comes back from the shared tile.
+  unsigned general = 0;  // blocks left to the general path: bit h rowwise block h, bit 2 + j column j
+#pragma unroll 1
+  for (int h = 0; h < 2; ++h) {
+    float v[16];
+    tile_row_block(tile, (lane >> 2) + 8 * h, blk, v);
+    const int tr = kTileRows * warp + (lane >> 2) + 8 * h;  // row in the CTA tile
+    const std::int64_t base = (R0 + tr) * cols + cb;
+    if (!quantize_fast<RowSr>(v, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
+                              out.row_codes + base / 2, &sh.row_scales[tr][blk], row_in) &&
+        row_in)
+      general |= 1u << h;
+  }
+
+  // Columns: c0 + 2 lane and the next, the warp's 16 rows each, from the shared tile.
+  const std::int64_t c = c0 + 2 * lane;
+  const bool col_in = warp_in && c < cols;
+#pragma unroll 1
+  for (int j = 0; j < 2; ++j) {
+    float v[16];
+    tile_column(tile, lane, j, v);
+    if constexpr (Rht) rht16(v, rs);
+    const std::int64_t base = (c + j) * rows + r0;  // index in the transposed (stored) orientation
+    if (!quantize_fast<ColSr>(v, gc, sh.encode_of[1], spec.legacy, cr, static_cast<std::uint64_t>(base),
+                              reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][2 * lane + j]),
+                              &sh.col_scales[warp][2 * lane + j], col_in) &&
+        col_in)
+      general |= 4u << j;
+  }
+
+  // The general path, rarely taken, where little else is live (so that it costs the fast path
+  // no registers): each left block again from the shared tile.
+  if (general) {
+#pragma unroll 1
+    for (int b = 0; b < 4; ++b) {
+      if (!((general >> b) & 1u)) continue;
       float v[16];
+      const bool row = b < 2;
+      if (row) {
+        tile_row_block(tile, (lane >> 2) + 8 * b, blk, v);
+        const int tr = kTileRows * warp + (lane >> 2) + 8 * b;
+        const std::int64_t base = (R0 + tr) * cols + cb;
+        sh.row_scales[tr][blk] =
+            quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base), out.row_codes + base / 2);
+      } else {
+        tile_column(tile, lane, b - 2, v);
+        if constexpr (Rht) rht16(v, rs);
+        const int col = 2 * lane + (b - 2);
+        sh.col_scales[warp][col] =
+            quantize_block<RowSr || ColSr>(v, gc, spec.legacy, cr, static_cast<std::uint64_t>((c0 + col) * rows + r0),
+                                           reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][col]));
+      }
+    }
+  }
+  __syncthreads();
+
+  // Write-out: threads 0..63 one column's codes (8 bytes per warp row group), 64..127 its
+  // scales, 128..255 one row's four rowwise scale bytes.
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t valid_rows = min(static_cast<std::int64_t>(kCtaRows), rows - R0);
+  const int groups = static_cast<int>(valid_rows / kTileRows);  // warps with rows
+  if (t < 2 * kTileCols) {
+    const int col = t & (kTileCols - 1);
+    if (c0 + col < cols) {
+      if (t < kTileCols) {
+        uint2* dst = reinterpret_cast<uint2*>(out.col_codes + ((c0 + col) * rows + R0) / 2);
+        if (groups == kWarps && ((c0 + col) * rows) % 32 == 0) {
 #pragma unroll
-      for (int e = 0; e < 16; ++e) v[e] = tile[t.warp][i][16 * blk + e];
-      const std::int64_t base = r * cols + cb;
-      out.row_scales[base / 16] = quantize_block(v, gr, spec.legacy, spec.row_rounding, static_cast<std::uint64_t>(base),
-                                                 out.row_codes + base / 2);
+          for (int q = 0; q < kWarps / 2; ++q) {
+            const uint2 a = sh.col_codes[2 * q][col], b = sh.col_codes[2 * q + 1][col];
+            reinterpret_cast<uint4*>(dst)[q] = make_uint4(a.x, a.y, b.x, b.y);
+          }
+        } else {
+          for (int w = 0; w < groups; ++w) dst[w] = sh.col_codes[w][col];
+        }
+      } else {
+        std::uint8_t* dst = out.col_scales + ((c0 + col) * rows + R0) / 16;
+        if (groups == kWarps && ((c0 + col) * rows) % 128 == 0) {
+          std::uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            lo |= static_cast<std::uint32_t>(sh.col_scales[w][col]) << (8 * w);
+            hi |= static_cast<std::uint32_t>(sh.col_scales[w + 4][col]) << (8 * w);
+          }
+          *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+        } else {
+          for (int w = 0; w < groups; ++w) dst[w] = sh.col_scales[w][col];
+        }
+      }
+    }
+  } else {
+    const int tr = t - 2 * kTileCols;
+    if (tr < valid_rows) {
+      std::uint8_t* dst = out.row_scales + ((R0 + tr) * cols + c0) / 16;
+      const int nb = static_cast<int>(min(static_cast<std::int64_t>(4), (cols - c0) / 16));
+      if (nb == 4 && (cols % 64) == 0) {
+        *reinterpret_cast<std::uint32_t*>(dst) = *reinterpret_cast<const std::uint32_t*>(sh.row_scales[tr]);
+      } else {
+        for (int k = 0; k < nb; ++k) dst[k] = sh.row_scales[tr][k];
+      }
     }
   }
 }
@@ -264,20 +558,37 @@ unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
   return static_cast<unsigned>(std::min<std::int64_t>(need, cached_resident));
 }
 
+template <class T, bool Rht, bool RowSr, bool ColSr>
+void launch_quantize(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const RhtArgs& rs,
+                     const std::uint32_t* d_keys, const DualOutputs& out, cudaStream_t st) {
+  const auto blocks = static_cast<unsigned>(((rows + kCtaRows - 1) / kCtaRows) * ((cols + kTileCols - 1) / kTileCols));
+  dual_quantize_kernel<T, Rht, RowSr, ColSr><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, rs, d_keys, out);
+  check(cudaGetLastError(), "dual_quantize_kernel launch");
+}
+
+// One kernel per (RHT, rowwise SR, columnwise SR): each holds only the paths it runs.
 template <class T>
 void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const DualOutputs& out,
             std::uint32_t* d_keys, void* stream) {
   check_shape(rows, cols);
   const auto st = static_cast<cudaStream_t>(stream);
-  const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
-  const auto blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
+  const RhtArgs rs = rht_args(spec);
   check(cudaMemsetAsync(d_keys, 0, 2 * sizeof(std::uint32_t), st), "cudaMemsetAsync (amax keys)");
-  dual_amax_kernel<T><<<amax_blocks<T>(rows, cols), kThreads, 0, st>>>(d_x, rows, cols, spec, d_keys);
+  dual_amax_kernel<T><<<amax_blocks<T>(rows, cols), kThreads, 0, st>>>(d_x, rows, cols, spec.col_rht, rs, d_keys);
   check(cudaGetLastError(), "dual_amax_kernel launch");
-  dual_quantize_kernel<T><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, d_keys, out);
-  check(cudaGetLastError(), "dual_quantize_kernel launch");
+  const bool row_sr = spec.row_rounding.mode == Rounding::Stochastic, col_sr = spec.col_rounding.mode == Rounding::Stochastic;
+  const int which = (spec.col_rht ? 4 : 0) + (row_sr ? 2 : 0) + (col_sr ? 1 : 0);
+  switch (which) {
+    case 0: launch_quantize<T, false, false, false>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 1: launch_quantize<T, false, false, true>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 2: launch_quantize<T, false, true, false>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 3: launch_quantize<T, false, true, true>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 4: launch_quantize<T, true, false, false>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 5: launch_quantize<T, true, false, true>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    case 6: launch_quantize<T, true, true, false>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+    default: launch_quantize<T, true, true, true>(d_x, rows, cols, spec, rs, d_keys, out, st); break;
+  }
 }
-
 
 std::uint32_t sign_mask(const RhtSpec& r) {
   const std::vector<float> s = rht_signs(r);
@@ -286,53 +597,110 @@ std::uint32_t sign_mask(const RhtSpec& r) {
   return m;
 }
 
-// Every float32 y (as bits) against e2m1_sr: random w, the tie w = floor(f * 2^32) and its
-// neighbours, 0 and ~0. Counts mismatches; *first_bad gets the smallest mismatching bits.
-__global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::uint32_t* first_bad) {
+// Every float32 y (as bits) against e2m1_sr, for the general path's e2m1_sr_fast and the fast
+// path's e2m1_sr_mag_fma (non-NaN y; its sign comes from y's bit, as the kernel packs it): a
+// random w, the tie w = F = floor(f * 2^32) and its neighbours, 0 and ~0, and the edges of
+// e2m1_sr_mag_fma's band, T = F & ~511, T - 1, T + 511, T + 512. A band answer counts as right
+// only where the band is allowed (more than 23 random bits: drop < 9); counts
+// mismatches (*first_bad: the smallest mismatching bits) and the band's share of the random
+// words (*undecided).
+__global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::uint32_t* first_bad,
+                                     unsigned long long* undecided_random) {
   RoundingSpec r;
   r.mode = Rounding::Stochastic;
   r.sr_bits = sr_bits;
   r.rng = RngStream{0x0123456789abcdefull, 77};
   const int drop = sr_bits == kSrExact ? 0 : 32 - sr_bits;
-  unsigned long long n_bad = 0;
+  unsigned long long n_bad = 0, n_band = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (1ull << 32); b += stride) {
     const float y = bits_float(static_cast<std::uint32_t>(b));
     float f = 0.0f, rem;
     const float a = abs_f32(y);
     if (a < kE2M1Max) (void)e2m1_floor_and_fraction(a, &f);
-    const std::uint32_t tie = sr_fraction_floor32(f, &rem);
+    const std::uint32_t tie = sr_fraction_floor32(f, &rem), band = tie & ~511u;
     std::uint32_t h = static_cast<std::uint32_t>(b) * 0x9E3779B1u;
     h ^= h >> 15, h *= 0x85EBCA77u, h ^= h >> 13;
-    const std::uint32_t ws[6] = {h, tie, tie - 1u, tie + 1u, 0u, 0xffffffffu};
+    const std::uint32_t ws[10] = {h, tie, tie - 1u, tie + 1u, 0u, 0xffffffffu, band, band - 1u, band + 511u, band + 512u};
+    bool wrong = false;
 #pragma unroll
-    for (int k = 0; k < 6; ++k) {
-      const std::uint64_t index = b * 7u + static_cast<std::uint64_t>(k);
-      if (e2m1_sr_fast(y, ws[k], r, drop, index) != e2m1_sr(y, ws[k], sr_bits, r.rng, index)) {
-        ++n_bad;
-        atomicMin(first_bad, static_cast<std::uint32_t>(b));
+    for (int k = 0; k < 10; ++k) {
+      const std::uint64_t index = b * 11u + static_cast<std::uint64_t>(k);
+      const std::uint32_t want = e2m1_sr(y, ws[k], sr_bits, r.rng, index);
+      if (k < 6 && e2m1_sr_fast(y, ws[k], r, drop, index) != want) wrong = true;
+      if (is_nan_f32(y)) continue;
+      bool undecided = false;
+      const std::uint32_t got = e2m1_sr_mag_fma(y, ws[k], drop, &undecided) | ((float_bits(y) >> 28) & 8u);
+      if (undecided) {
+        if (drop >= 9) wrong = true;  // the band is for k > 23 random bits only
+        if (k == 0) ++n_band;
+      } else if (got != want) {
+        wrong = true;
       }
+    }
+    if (wrong) {
+      ++n_bad;
+      atomicMin(first_bad, static_cast<std::uint32_t>(b));
     }
   }
   if (n_bad) atomicAdd(bad, n_bad);
+  if (n_band) atomicAdd(undecided_random, n_band);
+}
+
+// Every float32 x: the hardware E4M3 conversion against e4m3_rne_satfinite. Counts mismatches
+// on non-NaN and on NaN inputs separately (*first_bad: the smallest non-NaN mismatch).
+__global__ void e4m3_hw_check_kernel(unsigned long long* bad, std::uint32_t* first_bad) {
+  unsigned long long n_bad = 0, n_nan = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (1ull << 32); b += stride) {
+    const float x = bits_float(static_cast<std::uint32_t>(b));
+    if (e4m3_satfinite_hw(x) == e4m3_rne_satfinite(x)) continue;
+    if (is_nan_f32(x)) {
+      ++n_nan;
+    } else {
+      ++n_bad;
+      atomicMin(first_bad, static_cast<std::uint32_t>(b));
+    }
+  }
+  if (n_bad) atomicAdd(bad, n_bad);
+  if (n_nan) atomicAdd(bad + 1, n_nan);
 }
 
 }  // namespace
 
-// Test hook (tests/gpu/test_gpu_nvfp4_dual.cpp declares it): mismatches of the device-local fast
-// SR conversion against e2m1_sr over all 2^32 float32 inputs for `sr_bits`.
-std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad) {
-  DeviceBuffer<unsigned long long> bad(1);
+// Test hook: mismatches of the hardware E4M3 conversion against e4m3_rne_satfinite over all
+// 2^32 float32 inputs, non-NaN (returned; *first_bad the smallest) and NaN (*nan_mismatches).
+std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches) {
+  DeviceBuffer<unsigned long long> bad(2);
   DeviceBuffer<std::uint32_t> first(1);
-  check(cudaMemset(bad.p, 0, sizeof(unsigned long long)), "cudaMemset");
+  check(cudaMemset(bad.p, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
   check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
-  sr_fast_check_kernel<<<4096, 256>>>(sr_bits, bad.p, first.p);
+  e4m3_hw_check_kernel<<<4096, 256>>>(bad.p, first.p);
+  check(cudaGetLastError(), "e4m3_hw_check_kernel launch");
+  check(cudaDeviceSynchronize(), "e4m3_hw_check_kernel");
+  unsigned long long n[2] = {0, 0};
+  check(cudaMemcpy(n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  *nan_mismatches = n[1];
+  return n[0];
+}
+
+// Test hook (tests/gpu/test_gpu_nvfp4_dual.cpp declares it): inputs (of all 2^32 float32) on
+// which a fast SR conversion of this file disagrees with e2m1_sr for `sr_bits`; *undecided: how
+// many random words fell in e2m1_sr_mag_fma's band (sent to the general path).
+std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad, std::uint64_t* undecided) {
+  DeviceBuffer<unsigned long long> bad(2);
+  DeviceBuffer<std::uint32_t> first(1);
+  check(cudaMemset(bad.p, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
+  check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
+  sr_fast_check_kernel<<<4096, 256>>>(sr_bits, bad.p, first.p, bad.p + 1);
   check(cudaGetLastError(), "sr_fast_check_kernel launch");
   check(cudaDeviceSynchronize(), "sr_fast_check_kernel");
-  unsigned long long n = 0;
-  check(cudaMemcpy(&n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  unsigned long long n[2] = {0, 0};
+  check(cudaMemcpy(n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
   check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return n;
+  *undecided = n[1];
+  return n[0];
 }
 
 DualSpec dual_spec(const QuantSpec& row, const QuantSpec& col) {
@@ -366,16 +734,31 @@ void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std
   launch(d_x, rows, cols, spec, out, d_keys, stream);
 }
 
-DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec) {
+DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
+                                        bool bf16_input) {
   const DualSpec spec = dual_spec(row_spec, col_spec);
   check_shape(x.rows, x.cols);
   const auto n = static_cast<std::size_t>(x.size());
-  DeviceBuffer<float> dx(n);
+  DeviceBuffer<float> dx(bf16_input ? 0 : n);
+  DeviceBuffer<std::uint16_t> dxb(bf16_input ? n : 0);
   DeviceBuffer<std::uint8_t> rc(n / 2), rs(n / 16), cc(n / 2), cs(n / 16);
   DeviceBuffer<GlobalScale> g(2);
   DeviceBuffer<std::uint32_t> keys(2);
-  check(cudaMemcpy(dx.p, x.data.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (x)");
-  nvfp4_quantize_dual_device(dx.p, x.rows, x.cols, spec, DualOutputs{rc.p, rs.p, cc.p, cs.p, g.p}, keys.p);
+  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p};
+  if (bf16_input) {
+    std::vector<std::uint16_t> b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t u = float_bits(x.data[i]);
+      if ((u & 0xffffu) != 0u)
+        throw std::invalid_argument("dual NVFP4 with BF16 input: element " + std::to_string(i) + " is not a BF16 value");
+      b[i] = static_cast<std::uint16_t>(u >> 16);
+    }
+    check(cudaMemcpy(dxb.p, b.data(), n * sizeof(std::uint16_t), cudaMemcpyHostToDevice), "cudaMemcpy (x, BF16)");
+    nvfp4_quantize_dual_device(dxb.p, x.rows, x.cols, spec, out, keys.p);
+  } else {
+    check(cudaMemcpy(dx.p, x.data.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (x)");
+    nvfp4_quantize_dual_device(dx.p, x.rows, x.cols, spec, out, keys.p);
+  }
   check(cudaDeviceSynchronize(), "dual NVFP4 kernels");
   DualHostResult h;
   h.row_codes.resize(n / 2), h.col_codes.resize(n / 2), h.row_scales.resize(n / 16), h.col_scales.resize(n / 16);
@@ -437,8 +820,9 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   }
   r.amax_seconds = time_best([&] {
     if (bf16_input)
-      dual_amax_kernel<std::uint16_t><<<amax_blocks<std::uint16_t>(rows, cols), kThreads>>>(xb.p, rows, cols, spec, keys.p);
-    else dual_amax_kernel<float><<<amax_blocks<float>(rows, cols), kThreads>>>(xf.p, rows, cols, spec, keys.p);
+      dual_amax_kernel<std::uint16_t><<<amax_blocks<std::uint16_t>(rows, cols), kThreads>>>(xb.p, rows, cols, rht,
+                                                                                             rht_args(spec), keys.p);
+    else dual_amax_kernel<float><<<amax_blocks<float>(rows, cols), kThreads>>>(xf.p, rows, cols, rht, rht_args(spec), keys.p);
   });
   cudaEventDestroy(a);
   cudaEventDestroy(b);

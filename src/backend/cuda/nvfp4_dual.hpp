@@ -53,11 +53,15 @@ void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std
                                 const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
 
 // Host convenience (tests): codes, scale codes and global scales of both quantizations.
+// bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must then be a
+// BF16 value (throws std::invalid_argument otherwise), so the CPU's float quantization of x is
+// the reference for both.
 struct DualHostResult {
   std::vector<std::uint8_t> row_codes, row_scales, col_codes, col_scales;
   GlobalScale row_global{}, col_global{};
 };
-DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec);
+DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
+                                        bool bf16_input = false);
 
 // Benchmark: rows x cols BF16 (or float32) input on the device, best of `repeat` (CUDA events),
 // both passes; bytes counted = input once + both codes and scales.

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "format/bf16.hpp"
@@ -39,6 +40,7 @@ namespace {
 
 constexpr int kBlock = 16;
 constexpr int kThreads = 256;
+static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
 
 
 
@@ -346,9 +348,12 @@ struct BlockScale {
   std::uint8_t s;  // E4M3 code of S_b
   float e_b;       // encode scale
 };
-__device__ __forceinline__ BlockScale block_scale(std::uint32_t key, const GlobalScale& g, bool legacy) {
-  const std::uint8_t s = nvfp4_block_scale_code(bits_float(key), g.encode, legacy);
-  return {s, nvfp4_block_encode_scale(s, g.decode)};
+// The code by the hardware E4M3 conversion and e_b from the CTA's table (block_scale_fast.cuh):
+// the same values as nvfp4_block_scale_code / nvfp4_block_encode_scale (the key is never a NaN).
+__device__ __forceinline__ BlockScale block_scale(std::uint32_t key, const GlobalScale& g, bool legacy,
+                                                  const float* encode_of) {
+  const std::uint8_t s = block_scale_code_hw(bits_float(key), g.encode, legacy);
+  return {s, encode_of[s]};
 }
 
 // One lane's part of a block (its 16-byte vector v), the block's scales given. no_nan: the
@@ -434,11 +439,16 @@ __device__ __forceinline__ bool has_nan(const typename Vec16<In>::T& v) {
   return Vec16<In>::raw_key(v) > 0x7f800000u;
 }
 
-// The global scale, computed once per CTA (two IEEE divisions) and shared.
-__device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a) {
+// The global scale, computed once per CTA (two IEEE divisions) and shared, and the CTA's table
+// of block encode scales (fill_encode_table).
+__device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a, const float** encode_of) {
   __shared__ GlobalScale shared_g;
+  __shared__ float table[128];
   if (threadIdx.x == 0) shared_g = kernel_global(a);
   __syncthreads();
+  fill_encode_table(table, shared_g.decode);
+  __syncthreads();
+  *encode_of = table;
   return shared_g;
 }
 
@@ -462,7 +472,8 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t v = base + k * kThreads;
     raw[k] = v < nvec ? __ldcs(xv + v) : VT{};  // out of range: zeros, still in the shuffles
   }
-  const GlobalScale g = cta_global(a);
+  const float* encode_of = nullptr;
+  const GlobalScale g = cta_global(a, &encode_of);
   const int j = static_cast<int>(threadIdx.x) & (kLanes - 1);  // the block this lane owns
   std::uint32_t key[kUnits];
   bool nan = false;
@@ -487,7 +498,7 @@ __global__ void __launch_bounds__(kThreads)
   std::uint32_t own = key[0];
 #pragma unroll
   for (int u = 1; u < kUnits; ++u) own = u == j ? key[u] : own;  // selects, no local memory
-  const BlockScale mine = block_scale(own, g, a.legacy);
+  const BlockScale mine = block_scale(own, g, a.legacy, encode_of);
   const std::int64_t v_own = base + j * kThreads;
   if (v_own < nvec) a.scales[v_own / kLanes] = mine.s;
   const bool no_nan = !__any_sync(0xffffffffu, nan);
