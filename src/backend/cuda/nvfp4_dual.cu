@@ -148,19 +148,29 @@ __device__ __forceinline__ std::uint32_t e2m1_sr_fast(float y, std::uint32_t w, 
 // bits of F cannot matter: k-bit SR with k <= 23 compares w >> drop with T >> drop exactly;
 // otherwise w < T means w < F (up) and w >= T + 512 means w > F (down), and the band
 // T <= w < T + 512 (probability 2^-23) is left to the caller (*undecided). Codes above 7 (a >= 6
-// with an up, a >= 8, Inf) saturate to 7 as e2m1_sr does.
+// with an up) saturate to 7 as e2m1_sr does.
+// Exact = true: exact SR (drop 0, the band always checked), one shift pair and a test fewer per
+// element than the k-bit form. |y| is first capped at 7 (every |y| >= 6 gives code 7 either
+// way): then k needs one bound, and Inf no Inf - Inf.
+template <bool Exact>
 __device__ __forceinline__ std::uint32_t e2m1_sr_mag_fma(float y, std::uint32_t w, int drop, bool* undecided) {
-  const float a = fabsf(y);
+  const float a = fminf(fabsf(y), 7.0f);
   const std::uint32_t e = float_bits(a) >> 23;
-  const std::uint32_t k = min(max(e, 127u), 129u) - 127u;
+  const std::uint32_t k = max(e, 127u) - 127u;                // a < 8: e <= 129
   const float m = bits_float(0x4a800000u + (k << 23));       // 2^22, 2^23, 2^24
   const float scale = bits_float(0x4b800000u - (k << 23));   // 2^23 / sp: 2^24, 2^23, 2^22
   const float p = __fadd_rd(a, m);
   const float rem = a - (p - m);
   const std::uint32_t t = float_bits(__fmaf_rd(rem, scale, 0x1p23f)) << 9;
   const std::uint32_t c = float_bits(p) - float_bits(m) + 2u * k;
-  if (drop < 9) *undecided |= (w - t) < 512u;
-  const std::uint32_t up = static_cast<std::uint32_t>((w >> drop) < (t >> drop));
+  std::uint32_t up;
+  if constexpr (Exact) {
+    *undecided |= (w - t) < 512u;
+    up = static_cast<std::uint32_t>(w < t);
+  } else {
+    if (drop < 9) *undecided |= (w - t) < 512u;
+    up = static_cast<std::uint32_t>((w >> drop) < (t >> drop));
+  }
   return min(c + up, 7u);
 }
 
@@ -236,6 +246,23 @@ __host__ __device__ constexpr std::uint32_t horner_bias(std::uint32_t above) {
 // The fast path of one block with no NaN among its values (amax = its block amax): scales,
 // codes (RNE on the FMA pipe, or SR), stores. Returns false, having stored nothing, when an SR
 // element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
+// The SR codes and signs of one block (Horner-packed as below), four elements per Philox block.
+template <bool Exact>
+__device__ __forceinline__ void sr_codes(const float* v, float e_b, const RoundingSpec& r, int drop, std::uint64_t index0,
+                                         std::uint32_t (&acc)[2], std::uint32_t (&signs)[2], bool* undecided) {
+#pragma unroll
+  for (int q4 = 3; q4 >= 0; --q4) {
+    const Philox4x32 words = philox_block(r.rng, (index0 >> 2) + static_cast<std::uint64_t>(q4));
+#pragma unroll
+    for (int k = 3; k >= 0; --k) {
+      const int i = 4 * q4 + k;
+      const float y = v[i] * e_b;
+      acc[i >> 3] = acc[i >> 3] * 16u + e2m1_sr_mag_fma<Exact>(y, words.v[k], drop, undecided);
+      signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
+    }
+  }
+}
+
 template <bool Sr>
 __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, GlobalScale g, const float* encode_of,
                                                     bool legacy, const RoundingSpec& r, int drop, std::uint64_t index0,
@@ -245,17 +272,8 @@ __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, 
   std::uint32_t acc[2] = {0, 0}, signs[2] = {0, 0};
   bool undecided = false;
   if constexpr (Sr) {
-#pragma unroll
-    for (int q4 = 3; q4 >= 0; --q4) {
-      const Philox4x32 words = philox_block(r.rng, (index0 >> 2) + static_cast<std::uint64_t>(q4));
-#pragma unroll
-      for (int k = 3; k >= 0; --k) {
-        const int i = 4 * q4 + k;
-        const float y = v[i] * e_b;
-        acc[i >> 3] = acc[i >> 3] * 16u + e2m1_sr_mag_fma(y, words.v[k], drop, &undecided);
-        signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
-      }
-    }
+    if (r.sr_bits == kSrExact) sr_codes<true>(v, e_b, r, drop, index0, acc, signs, &undecided);
+    else sr_codes<false>(v, e_b, r, drop, index0, acc, signs, &undecided);
   } else {
 #pragma unroll
     for (int i = 15; i >= 0; --i) {
@@ -630,7 +648,9 @@ __global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::
       if (k < 6 && e2m1_sr_fast(y, ws[k], r, drop, index) != want) wrong = true;
       if (is_nan_f32(y)) continue;
       bool undecided = false;
-      const std::uint32_t got = e2m1_sr_mag_fma(y, ws[k], drop, &undecided) | ((float_bits(y) >> 28) & 8u);
+      const std::uint32_t mag = sr_bits == kSrExact ? e2m1_sr_mag_fma<true>(y, ws[k], drop, &undecided)
+                                                    : e2m1_sr_mag_fma<false>(y, ws[k], drop, &undecided);
+      const std::uint32_t got = mag | ((float_bits(y) >> 28) & 8u);
       if (undecided) {
         if (drop >= 9) wrong = true;  // the band is for k > 23 random bits only
         if (k == 0) ++n_band;
