@@ -1,23 +1,27 @@
 // Rowwise + columnwise (+ RHT) NVFP4 quantization in one pass (see nvfp4_dual.hpp).
 //
-// Work unit: one warp per 16-row x 64-column tile.
-//  load     lane l holds two rowwise 1x16 blocks whole, rows r0 + l/4 and r0 + l/4 + 8, columns
-//           c0 + 16 (l % 4) .. + 15, as 16-byte loads (4 lanes cover a row's 64 columns), and
-//           puts them into the warp's shared tile (16-byte chunks XOR-swizzled so that both the
-//           16-byte stores and the column reads below are free of bank conflicts).
-//  rows     each lane quantizes its two rowwise blocks from registers.
-//  columns  lane l reads columns c0 + 2l and c0 + 2l + 1 from the shared tile, applies the RHT
-//           (signs, fast Walsh-Hadamard butterflies, x 1/4, optional BF16 - rht.hpp's order) and
-//           quantizes each column as one columnwise 1x16 block (8 code bytes in the transposed
-//           output, one scale byte).
-// Fast paths (no NaN among the values to round, one vote per warp and direction): E2M1 RNE on
-// the FMA pipe (e2m1_rne_magnitude_fma), SR by e2m1_sr_mag_fma below, codes packed by Horner's
-// rule in one IMAD per element and signs gathered by one funnel shift per element. Otherwise,
-// and for RZ, quantize_block: the shared FP4D_HD code element by element. Every rounding
-// decision equals the CPU backend's (--fmad=false; the fast forms are checked against the shared
-// ones on all 2^32 inputs), with the element's index in its stored orientation as the Philox
-// counter, so the bits agree.
-// The amax kernel walks the same tiles (column pairs, grid-stride, one resident wave of blocks)
+// Work unit: a CTA of 8 warps per 128-row x 64-column tile, a warp per 16 rows of it.
+//  load     lane l loads two rowwise 1x16 blocks whole (rows l/4 and l/4 + 8 of the warp's 16,
+//           columns 16 (l % 4) .. + 15; 16-byte loads, 4 lanes per row) into the warp's shared
+//           tile, whose 16-byte chunks are XOR-swizzled so that these stores and the column
+//           reads below are free of bank conflicts.
+//  rows     each lane quantizes its two rowwise blocks (codes straight to global memory: 32
+//           contiguous bytes per row and warp).
+//  columns  lane l reads columns 2l and 2l + 1 of the tile, applies the RHT (signs folded into
+//           the first butterflies, fast Walsh-Hadamard butterflies, x 1/4, optional BF16 -
+//           rht.hpp's order) and quantizes each as one columnwise 1x16 block.
+//  write    the columnwise codes and scales and the rowwise scales go through shared memory
+//           and leave together at the end: 64 contiguous code bytes per column and CTA.
+// Fast paths, per block, chosen by the lane that owns it (no NaN among the values to round;
+// RNE or SR): E2M1 RNE on the FMA pipe (e2m1_rne_magnitude_fma), SR by e2m1_sr_mag_fma below,
+// codes packed by Horner's rule (one IMAD per element) and signs by one funnel shift per
+// element, the E4M3 scale code by the hardware conversion and e_b from the CTA's table
+// (block_scale_fast.cuh). Otherwise (a NaN, RZ, SR's 2^-23 band): quantize_block, the shared
+// FP4D_HD code element by element, after the fast path. Every rounding decision equals the CPU
+// backend's (--fmad=false; each fast form is checked against the shared one on all 2^32
+// inputs), with the element's index in its stored orientation as the Philox counter, so the
+// bits agree.
+// The amax kernel walks 16 x 64 tiles (column pairs, grid-stride, one resident wave of blocks)
 // and reduces |x| and |RHT(x)| with fmaxf (NaN ignored, exact in any order), one atomicMax per
 // key per block.
 #include <cuda_runtime.h>
