@@ -692,39 +692,41 @@ __global__ void e4m3_hw_check_kernel(unsigned long long* bad, std::uint32_t* fir
 
 }  // namespace
 
+namespace {
+// Runs one of the exhaustive check kernels above: launch(counts, first) fills counts[0] (the
+// mismatches, returned), counts[1] (a second count, to *second) and first (the smallest
+// mismatching input bits, to *first_bad).
+template <class Launch>
+std::uint64_t run_exhaustive_check(Launch launch, const char* what, std::uint32_t* first_bad, std::uint64_t* second) {
+  DeviceBuffer<unsigned long long> counts(2);
+  DeviceBuffer<std::uint32_t> first(1);
+  check(cudaMemset(counts.p, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
+  check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
+  launch(counts.p, first.p);
+  check(cudaGetLastError(), what);
+  check(cudaDeviceSynchronize(), what);
+  unsigned long long n[2] = {0, 0};
+  check(cudaMemcpy(n, counts.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  *second = n[1];
+  return n[0];
+}
+}  // namespace
+
 // Test hook: mismatches of the hardware E4M3 conversion against e4m3_rne_satfinite over all
 // 2^32 float32 inputs, non-NaN (returned; *first_bad the smallest) and NaN (*nan_mismatches).
 std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches) {
-  DeviceBuffer<unsigned long long> bad(2);
-  DeviceBuffer<std::uint32_t> first(1);
-  check(cudaMemset(bad.p, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
-  check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
-  e4m3_hw_check_kernel<<<4096, 256>>>(bad.p, first.p);
-  check(cudaGetLastError(), "e4m3_hw_check_kernel launch");
-  check(cudaDeviceSynchronize(), "e4m3_hw_check_kernel");
-  unsigned long long n[2] = {0, 0};
-  check(cudaMemcpy(n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  *nan_mismatches = n[1];
-  return n[0];
+  return run_exhaustive_check([](unsigned long long* c, std::uint32_t* f) { e4m3_hw_check_kernel<<<4096, 256>>>(c, f); },
+                              "e4m3_hw_check_kernel", first_bad, nan_mismatches);
 }
 
 // Test hook (tests/gpu/test_gpu_nvfp4_dual.cpp declares it): inputs (of all 2^32 float32) on
 // which a fast SR conversion of this file disagrees with e2m1_sr for `sr_bits`; *undecided: how
 // many random words fell in e2m1_sr_mag_fma's band (sent to the general path).
 std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad, std::uint64_t* undecided) {
-  DeviceBuffer<unsigned long long> bad(2);
-  DeviceBuffer<std::uint32_t> first(1);
-  check(cudaMemset(bad.p, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
-  check(cudaMemset(first.p, 0xff, sizeof(std::uint32_t)), "cudaMemset");
-  sr_fast_check_kernel<<<4096, 256>>>(sr_bits, bad.p, first.p, bad.p + 1);
-  check(cudaGetLastError(), "sr_fast_check_kernel launch");
-  check(cudaDeviceSynchronize(), "sr_fast_check_kernel");
-  unsigned long long n[2] = {0, 0};
-  check(cudaMemcpy(n, bad.p, sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check(cudaMemcpy(first_bad, first.p, sizeof(std::uint32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  *undecided = n[1];
-  return n[0];
+  return run_exhaustive_check(
+      [sr_bits](unsigned long long* c, std::uint32_t* f) { sr_fast_check_kernel<<<4096, 256>>>(sr_bits, c, f, c + 1); },
+      "sr_fast_check_kernel", first_bad, undecided);
 }
 
 DualSpec dual_spec(const QuantSpec& row, const QuantSpec& col) {
