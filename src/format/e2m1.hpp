@@ -86,20 +86,27 @@ FP4D_HD float e2m1_rne_magnitude_fma(float y) {
   const float a = fabsf(y);  // an operand modifier of the FFMAs, not an instruction
   const float twice = __fmaf_rn(a, 2.0f, 0x1p23f), once = __fmaf_rn(a, 1.0f, 0x1p23f + 2.0f),
               half = __fmaf_rn(a, 0.5f, 0x1p23f + 4.0f);
+  // fminf: one FMNMX each, where the host's selects compile to a compare and a select; the
+  // same value for every non-NaN y (no operand is then a NaN).
+  return fminf(fminf(twice, once), fminf(half, 0x1p23f + 7.0f));
 #else
   const float a = abs_f32(y);
   const float twice = a * 2.0f + 0x1p23f, once = a + (0x1p23f + 2.0f), half = a * 0.5f + (0x1p23f + 4.0f);
-#endif
-#if defined(__CUDA_ARCH__)
-  // fminf: one FMNMX each, where the selects below compile to a compare and a select; the same
-  // value for every non-NaN y (no operand is then a NaN).
-  return fminf(fminf(twice, once), fminf(half, 0x1p23f + 7.0f));
-#else
   const float m = twice < once ? twice : once, n = half < 0x1p23f + 7.0f ? half : 0x1p23f + 7.0f;
   return m < n ? m : n;
 #endif
 }
 constexpr std::uint32_t kE2M1FmaBias = 0x4b000000u;  // float_bits(0x1p23f)
+
+// The CUDA quantizers pack `nibbles` magnitudes of e2m1_rne_magnitude_fma into one word without
+// first taking 2^23's bits off each: bits(m_j) << 4j summed, or Horner's acc * 16 + bits(m_j)
+// from the last down (the same sum modulo 2^32). Each bits(m_j) is kE2M1FmaBias + code_j, and
+// codes <= 7 carry nothing into the next nibble, so the sum is the packed codes plus this.
+FP4D_HD constexpr std::uint32_t e2m1_fma_packed_bias(int nibbles) {
+  std::uint32_t b = 0;
+  for (int j = 0; j < nibbles; ++j) b += kE2M1FmaBias << (4 * j);
+  return b;
+}
 
 FP4D_HD std::uint8_t e2m1_rne_not_nan_fma(float y) {
   return static_cast<std::uint8_t>((float_bits(e2m1_rne_magnitude_fma(y)) - kE2M1FmaBias) | ((float_bits(y) >> 28) & 8u));

@@ -288,6 +288,25 @@ TEST_CASE("E2M1 RNE: hand-worked midpoints and specials from the spec", "[e2m1]"
   }
   CHECK(e2m1_rne_not_nan_fma(-0.0f) == 0x8);
   CHECK(e2m1_rne_not_nan_fma(-kInf) == 0xf);
+  // The CUDA quantizers' packing of those magnitudes without removing 2^23's bits first:
+  // the shifted sum (1x16 kernel) and Horner's rule (dual kernel) minus e2m1_fma_packed_bias
+  // are the packed magnitude codes, for 4 and 8 nibbles, on magnitudes up to 7 (the largest
+  // sum) and down to 0.
+  for (const float x0 : {0.0f, 0.75f, 2.5f, 5.5f, kInf}) {
+    const float xs[8] = {x0, 6.0f, 0.25f, 1.75f, 3.5f, 1e30f, 0.5f, 5.0f};
+    for (const int n : {4, 8}) {
+      std::uint32_t sum = 0, horner = 0, want = 0;
+      for (int j = 0; j < n; ++j) {
+        sum += float_bits(e2m1_rne_magnitude_fma(xs[j])) << (4 * j);
+        want |= static_cast<std::uint32_t>(e2m1_rne_not_nan(xs[j])) << (4 * j);
+      }
+      for (int j = n - 1; j >= 0; --j) horner = horner * 16u + float_bits(e2m1_rne_magnitude_fma(xs[j]));
+      CAPTURE(x0, n);
+      CHECK(sum - e2m1_fma_packed_bias(n) == want);
+      CHECK(horner - e2m1_fma_packed_bias(n) == want);
+    }
+  }
+  static_assert(e2m1_fma_packed_bias(8) == 0xfb000000u, "0x4b000000 + (0x4b000000 << 4) mod 2^32");
   // The codes of the spec's special cases.
   CHECK(e2m1_rne(kInf) == 0x7);
   CHECK(e2m1_rne(-kInf) == 0xf);

@@ -118,8 +118,8 @@ __device__ __forceinline__ void rht16(float* v, const RhtArgs& s) {
 //             significand m shifted by E - 117 (E the biased exponent; left shifts wrap the
 //             code's bit away, right shifts truncate: that is the floor).
 // Where exact SR's first word ties (w == floor(f * 2^32)) e2m1_sr itself decides (probability
-// 2^-32). The general path of the quantize kernel (NaN in the warp's values, or the rare band
-// e2m1_sr_mag_fma leaves undecided) uses it; checked equal to e2m1_sr for all 2^32 y
+// 2^-32). The general path of the quantize kernel (a NaN among a block's values, or the rare
+// band e2m1_sr_mag_fma leaves undecided) uses it; checked equal to e2m1_sr for all 2^32 y
 // (sr_fast_check_kernel).
 __device__ __noinline__ std::uint32_t e2m1_sr_tie(float y, std::uint32_t w, RoundingSpec r, std::uint64_t index) {
   return e2m1_sr(y, w, r.sr_bits, r.rng, index);
@@ -185,8 +185,8 @@ __device__ __forceinline__ float block_elem(const std::uint32_t* w, int i) {
   else return bits_float(w[i]);
 }
 
-// max(acc, |v|) that returns NaN if either is one (PTX max.NaN, sm_80+): one vote on the block
-// amaxes tells a warp whether any value it rounds is a NaN.
+// max(acc, |v|) that returns NaN if either is one (PTX max.NaN, sm_80+): the block amax then
+// also says whether the block holds a NaN (and must take the general path).
 __device__ __forceinline__ float max_abs_nan(float acc, float v) {
   float r;
   asm("{\n\t.reg .f32 t;\n\tabs.f32 t, %2;\n\tmax.NaN.f32 %0, %1, t;\n\t}" : "=f"(r) : "f"(acc), "f"(v));
@@ -239,18 +239,10 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   return s;
 }
 
-// Horner's packing: acc * 16 + bits (an IMAD) for i = 7 .. 0 leaves element i's low nibble in
-// nibble i; what lies above the nibble in `bits` shifts out or adds a known constant.
-__host__ __device__ constexpr std::uint32_t horner_bias(std::uint32_t above) {
-  std::uint32_t b = 0;
-  for (int i = 0; i < 8; ++i) b += above << (4 * i);
-  return b;
-}
-
-// The fast path of one block with no NaN among its values (amax = its block amax): scales,
-// codes (RNE on the FMA pipe, or SR), stores. Returns false, having stored nothing, when an SR
-// element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
-// The SR codes and signs of one block (Horner-packed as below), four elements per Philox block.
+// Codes are packed by Horner's rule, acc * 16 + code (an IMAD) for i = 7 .. 0, which leaves
+// element i's low nibble in nibble i (for RNE the code is e2m1_rne_magnitude_fma's bits, whose
+// upper bits add e2m1_fma_packed_bias(8)), and signs by a funnel shift of y's top nibble.
+// The SR codes and signs of one block, four elements per Philox block.
 template <bool Exact>
 __device__ __forceinline__ void sr_codes(const float* v, float e_b, const RoundingSpec& r, int drop, std::uint64_t index0,
                                          std::uint32_t (&acc)[2], std::uint32_t (&signs)[2], bool* undecided) {
@@ -267,6 +259,9 @@ __device__ __forceinline__ void sr_codes(const float* v, float e_b, const Roundi
   }
 }
 
+// The fast path of one block with no NaN among its values (amax = its block amax): scales,
+// codes (RNE on the FMA pipe, or SR), stores. Returns false, having stored nothing, when an SR
+// element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
 template <bool Sr>
 __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, GlobalScale g, const float* encode_of,
                                                     bool legacy, const RoundingSpec& r, int drop, std::uint64_t index0,
@@ -287,7 +282,7 @@ __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, 
     }
   }
   if (undecided) return false;
-  constexpr std::uint32_t bias = Sr ? 0u : horner_bias(kE2M1FmaBias);
+  constexpr std::uint32_t bias = Sr ? 0u : e2m1_fma_packed_bias(8);
   if (in) {
     *reinterpret_cast<uint2*>(codes8) =
         make_uint2((acc[0] - bias) | (signs[0] & 0x88888888u), (acc[1] - bias) | (signs[1] & 0x88888888u));

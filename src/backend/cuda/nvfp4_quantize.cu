@@ -394,12 +394,7 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
       sum += float_bits(e2m1_rne_magnitude_fma(y[j])) << (4 * j);
       signs |= (float_bits(y[j]) >> (28 - 4 * j)) & (8u << (4 * j));
     }
-    constexpr std::uint32_t bias = [] {
-      std::uint32_t b = 0;
-      for (int j = 0; j < N; ++j) b += kE2M1FmaBias << (4 * j);
-      return b;
-    }();
-    const std::uint32_t packed = (sum - bias) | signs;
+    const std::uint32_t packed = (sum - e2m1_fma_packed_bias(N)) | signs;
     if (!in) return 0;
     if constexpr (N == 8) reinterpret_cast<std::uint32_t*>(a.codes)[v] = packed;
     else reinterpret_cast<std::uint16_t*>(a.codes)[v] = static_cast<std::uint16_t>(packed);
