@@ -161,7 +161,7 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
     j.begin_object().field("benchmark", "quantize-cuda").field("dtype", a.cuda_dtype).field("rows", r.rows)
         .field("cols", r.cols).field("repeat", a.repeat).field("bytes_counted", counted)
         .field("bytes_moved_amax_and_quantize", moved).field("copy_seconds", r.copy_s).field("copy_gbps", copy)
-        .key("results").begin_array();
+        .field("l2_bytes_flushed_before_each_repetition", r.l2_bytes).key("results").begin_array();
     for (const Line& l : lines)
       j.begin_object().field("case", l.name).field("seconds", l.seconds)
           .field("gbps_counted", gbps(l.bytes_counted, l.seconds))
@@ -180,6 +180,7 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
   std::printf("  (a) counted: input read once + codes + scales = %.1f MB; (b) moved: amax + quantize also\n"
               "      reads the input a second time = %.1f MB\n", counted / 1e6, moved / 1e6);
   std::printf("  device copy of the input (read + write): %.3f ms, %.1f GB/s\n", r.copy_s * 1e3, copy);
+  std::printf("  every timed repetition starts from a cold L2 (%.0f MiB, read over before it)\n", r.l2_bytes / 1048576.0);
   std::printf("  %-24s %10s %12s %10s %12s %10s\n", "case", "ms", "GB/s (a)", "copy (a)", "GB/s (b)", "copy (b)");
   for (const Line& l : lines)
     std::printf("  %-24s %10.4f %12.1f %9.1f%% %12.1f %9.1f%%\n", l.name, l.seconds * 1e3,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/bench_data.cuh"
+#include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/gemm_cuda.hpp"
 #include "backend/cuda/lt_gemm.cuh"
@@ -323,21 +324,6 @@ using bench_data::blocks_for;
 using bench_data::fill_kernel;
 using bench_data::to_bf16_kernel;
 
-template <class F>
-double best_of(int repeat, F&& f) {
-  EventPair ev;
-  double best = 1e30;
-  f();  // warm-up (cuBLASLt heuristics, lazy module loading)
-  for (int i = 0; i < repeat; ++i) {
-    check(cudaEventRecord(ev.a), "cudaEventRecord");
-    f();
-    check(cudaEventRecord(ev.b), "cudaEventRecord");
-    best = std::min(best, static_cast<double>(ev.ms()) * 1e-3);
-  }
-  check(cudaGetLastError(), "benchmark kernels");
-  return best;
-}
-
 }  // namespace
 
 GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, int repeat) {
@@ -357,6 +343,8 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
   to_bf16_kernel<<<blocks_for(nb, T), T>>>(b.p, b16.p, nb);
   check(cudaGetLastError(), "bench setup kernels");
 
+  BenchTimer timer;
+  const auto best_of = [&timer, repeat](auto&& body) { return timer.best_seconds(repeat, "gemm benchmark", body); };
   LtGemm g;
   g.M = M, g.N = N, g.K = K, g.ld_k = K, g.d = c.p;
   float one = 1.0f;
@@ -364,7 +352,7 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
   g.a = a16.p, g.b = b16.p;
   {
     const LtPlan plan(g);
-    r.bf16_s = best_of(repeat, [&] { plan.run(); });
+    r.bf16_s = best_of([&] { plan.run(); });
   }
 
   // Emulated NVFP4: amax + quantize both BF16 operands (RNE, TE rule); the quantize kernel also
@@ -389,8 +377,8 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
     nvfp4_alpha_kernel<<<1, 1>>>(keys.p, keys.p + 1, ab.p);
     qplan.run();
   };
-  r.nvfp4_s = best_of(repeat, nvfp4_pipeline);
-  r.nvfp4_gemm_only_s = best_of(repeat, [&] { qplan.run(); });
+  r.nvfp4_s = best_of(nvfp4_pipeline);
+  r.nvfp4_gemm_only_s = best_of([&] { qplan.run(); });
 
   // FP8 E4M3 per-tensor (unit scales): the FP8 tensor cores' rate for comparison.
   {
@@ -402,7 +390,7 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
     f.ta = f.tb = CUDA_R_8F_E4M3;
     f.a = a8.p, f.b = b8.p, f.scale_a = sa.p, f.scale_b = sb.p;
     const LtPlan fplan(f);
-    r.fp8_s = best_of(repeat, [&] { fplan.run(); });
+    r.fp8_s = best_of([&] { fplan.run(); });
   }
   check(cudaDeviceSynchronize(), "gemm benchmark");
   return r;

@@ -63,10 +63,14 @@ struct DualHostResult {
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
                                         bool bf16_input = false);
 
-// Benchmark: rows x cols BF16 (or float32) input on the device, best of `repeat` (CUDA events),
-// both passes; bytes counted = input once + both codes and scales.
+// Benchmark: rows x cols BF16 (or float32) input on the device, best of `repeat` (CUDA events,
+// each repetition from a cold L2: bench_timer.cuh); bytes counted = input once + both codes and
+// scales.
 struct DualBench {
-  double seconds = 0, amax_seconds = 0, counted_bytes = 0;
+  double seconds = 0;           // amax pass + quantize pass, back to back
+  double amax_seconds = 0;      // the amax pass alone
+  double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
+  double counted_bytes = 0;     // input once + both directions' codes and scales
 };
 DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat);
 

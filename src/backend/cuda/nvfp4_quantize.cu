@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_quantize.hpp"
@@ -661,25 +662,6 @@ __global__ void fill_bench_kernel(In* x, std::int64_t n) {
     store_bench(x, i);
 }
 
-// Best of `repeat` CUDA-event timings of body() (after one warm-up), in seconds.
-template <class F>
-double time_best(int repeat, const char* what, F&& body) {
-  EventPair ev;
-  float best = std::numeric_limits<float>::infinity();
-  body();
-  check(cudaDeviceSynchronize(), what);
-  for (int i = 0; i < repeat; ++i) {
-    check(cudaEventRecord(ev.a), "cudaEventRecord");
-    body();
-    check(cudaEventRecord(ev.b), "cudaEventRecord");
-    check(cudaEventSynchronize(ev.b), what);
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, ev.a, ev.b), "cudaEventElapsedTime");
-    best = std::min(best, ms);
-  }
-  return static_cast<double>(best) * 1e-3;
-}
-
 template <class In>
 Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat) {
   if (rows <= 0 || cols <= 0 || repeat <= 0) throw std::invalid_argument("nvfp4_quantize_cuda_bench: bad arguments");
@@ -695,18 +677,21 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   check(cudaDeviceSynchronize(), "fill_bench_kernel");
 
   const QuantArgs a = make_args(GlobalScale{}, dkey.p, RoundingSpec{}, false, dcodes.p, dscales.p);
+  BenchTimer timer;
+  const auto time_best = [&timer, repeat](const char* what, auto&& body) { return timer.best_seconds(repeat, what, body); };
   Nvfp4BenchResult res;
+  res.l2_bytes = static_cast<double>(timer.l2_bytes());
   res.rows = rows;
   res.cols = cols;
   res.input_bytes_per_element = sizeof(In);
-  res.amax_and_quantize_s = time_best(repeat, "amax + quantize (bench)", [&] {
+  res.amax_and_quantize_s = time_best("amax + quantize (bench)", [&] {
     launch_amax(dx.p, n, dkey.p, nullptr);
     quantize_1x16_device(dx.p, rows, cols, a, nullptr);
   });
-  res.quantize_only_s = time_best(repeat, "quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
-  res.amax_only_s = time_best(repeat, "amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });
+  res.quantize_only_s = time_best("quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
+  res.amax_only_s = time_best("amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });
   const std::size_t bytes = un * sizeof(In);
-  res.copy_s = time_best(repeat, "cudaMemcpyAsync(D2D) (bench)", [&] {
+  res.copy_s = time_best("cudaMemcpyAsync(D2D) (bench)", [&] {
     check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
   });
   // Quantize-only variants: the BF16 q * S_b output, the staged kernel (it needs whole
@@ -717,14 +702,14 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   QuantArgs alu = a;
   alu.alu_e2m1 = true;
   res.variants.push_back({"owner kernel, E2M1 RNE on the ALU pipe (previous)",
-                          time_best(repeat, "quantize, ALU E2M1 (bench)",
+                          time_best("quantize, ALU E2M1 (bench)",
                                     [&] { quantize_1x16_device(dx.p, rows, cols, alu, nullptr); })});
   res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
-                          time_best(repeat, "quantize + bf16 (bench)",
+                          time_best("quantize + bf16 (bench)",
                                     [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
   if constexpr (std::is_same_v<In, float>)
     if (whole_blocks)
-      res.variants.push_back({"staged float4 kernel (previous)", time_best(repeat, "staged quantize (bench)", [&] {
+      res.variants.push_back({"staged float4 kernel (previous)", time_best("staged quantize (bench)", [&] {
                               launch_vec(dx.p, rows, cols, a, nullptr);
                             })});
   return res;
