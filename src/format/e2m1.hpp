@@ -108,6 +108,35 @@ FP4D_HD constexpr std::uint32_t e2m1_fma_packed_bias(int nibbles) {
   return b;
 }
 
+// (acc << 4) | y_bits >> 28: shifts the top nibble of y (sign and three exponent bits) in below
+// acc; one funnel shift on the device. Used to pack the signs of a block's codes.
+FP4D_HD std::uint32_t e2m1_shift_in_top_nibble(std::uint32_t acc, std::uint32_t y_bits) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(y_bits, acc, 4);
+#else
+  return (acc << 4) | (y_bits >> 28);
+#endif
+}
+
+// The codes e2m1_rne_not_nan(y[0..N)) packed into nibbles 0..N-1 (N = 4 or 8; sign in bit 3 of
+// each nibble), as the CUDA quantizers' RNE fast paths compute them: magnitudes on the FMA pipe,
+// packed by Horner's rule from the last element down (acc * 16 + bits, one IMAD each, the 2^23
+// bits taken off once at the end), signs by one funnel shift each. For non-NaN y only.
+template <int N>
+FP4D_HD std::uint32_t e2m1_rne_pack_fma(const float* y) {
+  static_assert(N == 4 || N == 8, "4 or 8 codes per word");
+  std::uint32_t acc = 0, signs = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = N - 1; j >= 0; --j) {
+    acc = acc * 16u + float_bits(e2m1_rne_magnitude_fma(y[j]));
+    signs = e2m1_shift_in_top_nibble(signs, float_bits(y[j]));
+  }
+  constexpr std::uint32_t sign_bits = N == 8 ? 0x88888888u : 0x8888u;
+  return (acc - e2m1_fma_packed_bias(N)) | (signs & sign_bits);
+}
+
 FP4D_HD std::uint8_t e2m1_rne_not_nan_fma(float y) {
   return static_cast<std::uint8_t>((float_bits(e2m1_rne_magnitude_fma(y)) - kE2M1FmaBias) | ((float_bits(y) >> 28) & 8u));
 }

@@ -307,6 +307,21 @@ TEST_CASE("E2M1 RNE: hand-worked midpoints and specials from the spec", "[e2m1]"
     }
   }
   static_assert(e2m1_fma_packed_bias(8) == 0xfb000000u, "0x4b000000 + (0x4b000000 << 4) mod 2^32");
+  // e2m1_rne_pack_fma, the packing both CUDA quantizers' RNE fast paths share: element j's
+  // e2m1_rne_not_nan code (sign included) in nibble j, on signed values with ties, -0, the
+  // smallest subnormal, saturation and Inf, in several rotations.
+  const float vals[12] = {-0.25f, 0.75f, -2.5f, 5.0f, -0.0f, -1e-45f, 6.5f, -kInf, 1.25f, -3.5f, 0.0f, -5.9f};
+  for (int rot = 0; rot < 12; ++rot) {
+    float ys[8];
+    for (int j = 0; j < 8; ++j) ys[j] = vals[(j + rot) % 12];
+    std::uint32_t want8 = 0, want4 = 0;
+    for (int j = 0; j < 8; ++j) want8 |= static_cast<std::uint32_t>(e2m1_rne_not_nan(ys[j])) << (4 * j);
+    for (int j = 0; j < 4; ++j) want4 |= static_cast<std::uint32_t>(e2m1_rne_not_nan(ys[j])) << (4 * j);
+    CAPTURE(rot);
+    CHECK(e2m1_rne_pack_fma<8>(ys) == want8);
+    CHECK(e2m1_rne_pack_fma<4>(ys) == want4);
+  }
+  CHECK(e2m1_shift_in_top_nibble(0x12345678u, 0xabcdef01u) == 0x2345678au);
   // The codes of the spec's special cases.
   CHECK(e2m1_rne(kInf) == 0x7);
   CHECK(e2m1_rne(-kInf) == 0xf);

@@ -240,10 +240,10 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   return s;
 }
 
-// Codes are packed by Horner's rule, acc * 16 + code (an IMAD) for i = 7 .. 0, which leaves
-// element i's low nibble in nibble i (for RNE the code is e2m1_rne_magnitude_fma's bits, whose
-// upper bits add e2m1_fma_packed_bias(8)), and signs by a funnel shift of y's top nibble.
-// The SR codes and signs of one block, four elements per Philox block.
+// The SR codes and signs of one block, four elements per Philox block, packed as
+// e2m1_rne_pack_fma packs the RNE codes (format/e2m1.hpp): codes by Horner's rule,
+// acc * 16 + code (an IMAD) for i = 7 .. 0, which leaves element i's code in nibble i, and
+// signs by a funnel shift of y's top nibble.
 template <bool Exact>
 __device__ __forceinline__ void sr_codes(const float* v, float e_b, const RoundingSpec& r, int drop, std::uint64_t index0,
                                          std::uint32_t (&acc)[2], std::uint32_t (&signs)[2], bool* undecided) {
@@ -255,7 +255,7 @@ __device__ __forceinline__ void sr_codes(const float* v, float e_b, const Roundi
       const int i = 4 * q4 + k;
       const float y = v[i] * e_b;
       acc[i >> 3] = acc[i >> 3] * 16u + e2m1_sr_mag_fma<Exact>(y, words.v[k], drop, undecided);
-      signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
+      signs[i >> 3] = e2m1_shift_in_top_nibble(signs[i >> 3], float_bits(y));
     }
   }
 }
@@ -265,28 +265,26 @@ __device__ __forceinline__ void sr_codes(const float* v, float e_b, const Roundi
 // element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
 template <bool Sr>
 __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, GlobalScale g, const float* encode_of,
-                                                    bool legacy, const RoundingSpec& r, int drop, std::uint64_t index0,
+                                                    bool legacy, const RoundingSpec& r, std::uint64_t index0,
                                                     std::uint8_t* codes8, std::uint8_t* scale, bool in) {
   const std::uint8_t s = block_scale_code_hw(amax, g.encode, legacy);
   const float e_b = encode_of[s];  // nvfp4_block_encode_scale(s, g.decode), tabulated per CTA
-  std::uint32_t acc[2] = {0, 0}, signs[2] = {0, 0};
-  bool undecided = false;
+  uint2 packed;
   if constexpr (Sr) {
-    if (r.sr_bits == kSrExact) sr_codes<true>(v, e_b, r, drop, index0, acc, signs, &undecided);
-    else sr_codes<false>(v, e_b, r, drop, index0, acc, signs, &undecided);
+    std::uint32_t acc[2] = {0, 0}, signs[2] = {0, 0};
+    bool undecided = false;
+    if (r.sr_bits == kSrExact) sr_codes<true>(v, e_b, r, 0, index0, acc, signs, &undecided);
+    else sr_codes<false>(v, e_b, r, 32 - r.sr_bits, index0, acc, signs, &undecided);
+    if (undecided) return false;
+    packed = make_uint2(acc[0] | (signs[0] & 0x88888888u), acc[1] | (signs[1] & 0x88888888u));
   } else {
+    float y[16];
 #pragma unroll
-    for (int i = 15; i >= 0; --i) {
-      const float y = v[i] * e_b;
-      acc[i >> 3] = acc[i >> 3] * 16u + float_bits(e2m1_rne_magnitude_fma(y));
-      signs[i >> 3] = __funnelshift_l(float_bits(y), signs[i >> 3], 4);
-    }
+    for (int i = 0; i < 16; ++i) y[i] = v[i] * e_b;
+    packed = make_uint2(e2m1_rne_pack_fma<8>(y), e2m1_rne_pack_fma<8>(y + 8));
   }
-  if (undecided) return false;
-  constexpr std::uint32_t bias = Sr ? 0u : e2m1_fma_packed_bias(8);
   if (in) {
-    *reinterpret_cast<uint2*>(codes8) =
-        make_uint2((acc[0] - bias) | (signs[0] & 0x88888888u), (acc[1] - bias) | (signs[1] & 0x88888888u));
+    *reinterpret_cast<uint2*>(codes8) = packed;
     *scale = s;
   }
   return true;
@@ -301,8 +299,7 @@ __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale 
                                               std::uint8_t* scale, bool in) {
   const float amax = block_amax_nan(v);
   if (amax != amax || !(Sr || r.mode == Rounding::NearestEven)) return false;
-  const int drop = r.sr_bits == kSrExact ? 0 : 32 - r.sr_bits;
-  return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, drop, index0, codes8, scale, in);
+  return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
 }
 
 // Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one

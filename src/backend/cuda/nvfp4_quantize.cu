@@ -386,16 +386,9 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
   const auto first = static_cast<std::uint64_t>(v) * N;
   if (R == Rounding::NearestEven && !Extras && no_nan && !a.bf16_unscaled && !a.alu_e2m1) {
     // The ALU pipe bounds this kernel (ncu): round on the FMA pipe (e2m1_rne_magnitude_fma,
-    // = e2m1_rne_not_nan on every non-NaN input) and pack as it goes. Each magnitude's bits
-    // are 2^23's plus the code, so the shifted sum is the packed codes plus a constant
-    // (no carries: codes <= 7 leave bit 3 of each nibble clear for the sign).
-    std::uint32_t sum = 0, signs = 0;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      sum += float_bits(e2m1_rne_magnitude_fma(y[j])) << (4 * j);
-      signs |= (float_bits(y[j]) >> (28 - 4 * j)) & (8u << (4 * j));
-    }
-    const std::uint32_t packed = (sum - e2m1_fma_packed_bias(N)) | signs;
+    // = e2m1_rne_not_nan on every non-NaN input), pack by Horner's rule and funnel shifts
+    // (e2m1_rne_pack_fma, the dual kernel's form).
+    const std::uint32_t packed = e2m1_rne_pack_fma<N>(y);
     if (!in) return 0;
     if constexpr (N == 8) reinterpret_cast<std::uint32_t*>(a.codes)[v] = packed;
     else reinterpret_cast<std::uint16_t*>(a.codes)[v] = static_cast<std::uint16_t>(packed);
