@@ -372,9 +372,8 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
   auto nvfp4_pipeline = [&] {
     nvfp4_amax_device(a16.p, na, keys.p);
     nvfp4_amax_device(b16.p, nb, keys.p + 1);
-    // B first: its quantize pass starts where B's amax pass ended, on lines still in L2.
-    nvfp4_quantize_1x16_device_from_amax(b16.p, N, K, keys.p + 1, rne, false, cb.p, sb.p, nullptr, qb.p);
     nvfp4_quantize_1x16_device_from_amax(a16.p, M, K, keys.p, rne, false, ca.p, sa.p, nullptr, qa.p);
+    nvfp4_quantize_1x16_device_from_amax(b16.p, N, K, keys.p + 1, rne, false, cb.p, sb.p, nullptr, qb.p);
     nvfp4_alpha_kernel<<<1, 1>>>(keys.p, keys.p + 1, ab.p);
     qplan.run();
   };

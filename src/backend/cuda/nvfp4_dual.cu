@@ -403,10 +403,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks)
   constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
   __shared__ DualShared<T> sh;
   const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
-  // Tiles from the tensor's end: launched in index order, the first CTAs read what the amax pass
-  // (grid-stride from the start) read last, while it is still in L2.
-  const std::int64_t cta = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;
-  const std::int64_t R0 = (cta / col_tiles) * kCtaRows, c0 = (cta % col_tiles) * kTileCols;
+  const std::int64_t R0 = (static_cast<std::int64_t>(blockIdx.x) / col_tiles) * kCtaRows;
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) % col_tiles) * kTileCols;
   if (threadIdx.x == 0) {
     sh.g[0] = nvfp4_global_scale(bits_float(keys[0]));
     sh.g[1] = nvfp4_global_scale(bits_float(keys[1]));

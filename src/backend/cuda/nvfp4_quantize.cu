@@ -454,10 +454,7 @@ __global__ void __launch_bounds__(kThreads)
   using V = Vec16<In>;
   using VT = typename V::T;
   constexpr int kLanes = kBlock / V::kElems, kUnits = kLanes;
-  // CTAs walk the tensor from its end: launched in index order, the first read what the amax
-  // pass (grid-stride from the start) read last, while it is still in L2.
-  const std::int64_t cta = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;
-  const std::int64_t base = cta * (kThreads * kUnits) + threadIdx.x;
+  const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * (kThreads * kUnits) + threadIdx.x;
   VT raw[kUnits];
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
