@@ -48,8 +48,13 @@ namespace {
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
 constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
 static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
-// Quantize kernel blocks per SM asked of ptxas (register cap 65536 / (256 * 4) = 64).
-constexpr int kQuantizeMinBlocks = 4;
+// Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
+// blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
+// RNE kernels fit in 48 without spilling, and 5 blocks (62.5%) hide more load latency: the
+// RNE pass took 0.111 ms against 0.114 ms at 4 blocks and 0.111 ms at 6 (40 registers; the RHT
+// kernel then spills a little). H200, 8192^2 BF16, 2026-12-03, docs/benchmarks.md.
+template <bool AnySr>
+constexpr int kQuantizeMinBlocks = AnySr ? 4 : 5;
 
 // Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
 __device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
@@ -397,7 +402,7 @@ struct DualShared {
 };
 
 template <class T, bool Rht, bool RowSr, bool ColSr>
-__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks)
+__global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, DualSpec spec, RhtArgs rs,
                          const std::uint32_t* keys, DualOutputs out) {
   constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
