@@ -99,9 +99,9 @@ FP4D_HD float e2m1_rne_magnitude_fma(float y) {
 constexpr std::uint32_t kE2M1FmaBias = 0x4b000000u;  // float_bits(0x1p23f)
 
 // The CUDA quantizers pack `nibbles` magnitudes of e2m1_rne_magnitude_fma into one word without
-// first taking 2^23's bits off each: bits(m_j) << 4j summed, or Horner's acc * 16 + bits(m_j)
-// from the last down (the same sum modulo 2^32). Each bits(m_j) is kE2M1FmaBias + code_j, and
-// codes <= 7 carry nothing into the next nibble, so the sum is the packed codes plus this.
+// first taking 2^23's bits off each (e2m1_rne_pack_fma: Horner's acc * 16 + bits(m_j) from the
+// last down, modulo 2^32 the sum of bits(m_j) << 4j). Each bits(m_j) is kE2M1FmaBias + code_j,
+// and codes <= 7 carry nothing into the next nibble, so the sum is the packed codes plus this.
 FP4D_HD constexpr std::uint32_t e2m1_fma_packed_bias(int nibbles) {
   std::uint32_t b = 0;
   for (int j = 0; j < nibbles; ++j) b += kE2M1FmaBias << (4 * j);

@@ -289,7 +289,7 @@ TEST_CASE("E2M1 RNE: hand-worked midpoints and specials from the spec", "[e2m1]"
   CHECK(e2m1_rne_not_nan_fma(-0.0f) == 0x8);
   CHECK(e2m1_rne_not_nan_fma(-kInf) == 0xf);
   // The CUDA quantizers' packing of those magnitudes without removing 2^23's bits first:
-  // the shifted sum (1x16 kernel) and Horner's rule (dual kernel) minus e2m1_fma_packed_bias
+  // the shifted sum and Horner's rule (e2m1_rne_pack_fma's form) minus e2m1_fma_packed_bias
   // are the packed magnitude codes, for 4 and 8 nibbles, on magnitudes up to 7 (the largest
   // sum) and down to 0.
   for (const float x0 : {0.0f, 0.75f, 2.5f, 5.5f, kInf}) {
