@@ -50,9 +50,9 @@ constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 
 static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
 // blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
-// RNE kernels fit in 48 without spilling, and 5 blocks (62.5%) hide more load latency: the
-// RNE pass took 0.111 ms against 0.114 ms at 4 blocks and 0.111 ms at 6 (40 registers; the RHT
-// kernel then spills a little). H200, 8192^2 BF16, 2026-12-03, docs/benchmarks.md.
+// RNE kernels fit in 48 without spilling, and with 5 blocks (62.5% occupancy) the RNE pass
+// took 0.111 ms against 0.114 ms at 4 blocks and 0.111 ms at 6 (40 registers; the RHT kernel
+// then spills a little). H200, 8192^2 BF16, 2026-12-03, docs/benchmarks.md.
 template <bool AnySr>
 constexpr int kQuantizeMinBlocks = AnySr ? 4 : 5;
 
