@@ -2,8 +2,8 @@
 // from a cold L2.
 //
 // Why cold: a benchmark's repetitions run back to back on the same buffers, so without a
-// flush each one finds in L2 what the previous one touched last (up to the L2's size, 50 MB on
-// the H200), a gain that depends on how the kernels happen to walk memory and that a kernel
+// flush each one finds in L2 what the previous one touched last (up to the L2's size, 60 MiB
+// on the H200), a gain that depends on how the kernels happen to walk memory and that a kernel
 // in a training step, after unrelated work, does not see. Reuse inside one repetition (the
 // quantize pass reading what its own amax pass left in L2) is kept: that is real.
 // The flush reads a buffer of three times the L2 size (reads, so that it leaves no dirty lines

@@ -68,7 +68,7 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
 // scales.
 struct DualBench {
   double seconds = 0;           // amax pass + quantize pass, back to back
-  double amax_seconds = 0;      // the amax pass alone
+  double amax_seconds = 0;      // the amax pass alone (its key memset and kernel, as the real pass)
   double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
   double counted_bytes = 0;     // input once + both directions' codes and scales
 };
