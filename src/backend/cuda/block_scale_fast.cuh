@@ -27,10 +27,17 @@ __device__ __forceinline__ std::uint8_t block_scale_code_hw(float block_amax, fl
   return e4m3_satfinite_hw(block_amax * (s_enc * (1.0f / 6.0f)));
 }
 
-// table[code] = nvfp4_block_encode_scale(code, s_dec) for code 0..127 (127 is E4M3's NaN,
-// never a block scale), written by threads 0..127 of the CTA; the caller synchronises.
-__device__ __forceinline__ void fill_encode_table(float* table, float s_dec) {
-  if (threadIdx.x < 128) table[threadIdx.x] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(threadIdx.x), s_dec);
+// tables[t / 128][t % 128] = nvfp4_block_encode_scale(t % 128, g[t / 128].decode) for the
+// CTA's threads t < 128 kTables (code 127 is E4M3's NaN, never a block scale): one table per
+// global scale (the dual kernel has one per direction); the caller synchronises. With one
+// table the index is spelled as a constant 0: the owner kernel's hot loops then compile as
+// they did before this helper (PTX compared), and t & 127 lets the compiler drop the fill's
+// branch for a negative code.
+template <int kTables>
+__device__ __forceinline__ void fill_encode_tables(float (*tables)[128], const GlobalScale* g) {
+  const unsigned t = threadIdx.x;
+  const unsigned k = kTables == 1 ? 0u : t >> 7, code = t & 127u;
+  if (t < 128u * kTables) tables[k][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g[k].decode);
 }
 
 }  // namespace fp4d::cuda

@@ -47,7 +47,7 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
 constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
-static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
+static_assert(kThreads == 256, "fill_encode_tables: one thread per code of each direction's 128-entry encode-scale table");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
 // blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
 // RNE kernels fit in 48 without spilling, and with 5 blocks (62.5% occupancy) the RNE pass
@@ -417,11 +417,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     if (spec.device_seed) sh.seed = *spec.device_seed;
   }
   __syncthreads();
-  fill_encode_table(sh.encode_of[0], sh.g[0].decode);  // threads 0..127 (the CTA has 256)
-  if (threadIdx.x >= 128) {
-    const int code = static_cast<int>(threadIdx.x - 128);
-    sh.encode_of[1][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), sh.g[1].decode);
-  }
+  fill_encode_tables<2>(sh.encode_of, sh.g);  // both directions' tables: the CTA has 256 threads
   RoundingSpec rr = spec.row_rounding, cr = spec.col_rounding;
   if (spec.device_seed) rr.rng.seed = cr.rng.seed = sh.seed;
   const GlobalScale gr = sh.g[0], gc = sh.g[1];
