@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/bench_data.cuh"
 #include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
@@ -384,6 +385,12 @@ __device__ __forceinline__ void tile_column(const SharedTile<T>& tile, int lane,
   }
 }
 
+// The 16-byte vectors of row r from column c (a multiple of 16 elements) on.
+template <class T>
+__device__ __forceinline__ const uint4* row_vecs(const T* x, std::int64_t r, std::int64_t cols, std::int64_t c) {
+  return reinterpret_cast<const uint4*>(x + r * cols + c);
+}
+
 // What a CTA keeps in shared memory besides its warps' tiles: the global scales and the block
 // encode scale of every E4M3 scale code (0..127; computed once per CTA, so a block's e_b is
 // one load instead of an IEEE division), and the CTA's outputs that are not contiguous per
@@ -410,6 +417,32 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
   const std::int64_t R0 = (static_cast<std::int64_t>(blockIdx.x) / col_tiles) * kCtaRows;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) % col_tiles) * kTileCols;
+  // The lane's two rowwise blocks, into the warp's shared tile. The RNE kernels ask for them
+  // by cp.async before anything else, so that they are in flight while the CTA computes its
+  // global scales and tables and hold no registers meanwhile (a CTA quantizes only 16 KB of
+  // BF16; loaded after the tables, each CTA began with the keys' latency, two divisions and
+  // two barriers before its first byte was asked for): the RNE pass 0.109 -> 0.106 ms. The SR
+  // kernels load them after the tables: by cp.async first their pass measured 0.262 -> 0.265
+  // ms (H200, 8192^2 BF16, docs/benchmarks.md).
+  constexpr bool kTileFirst = !(RowSr || ColSr);
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t r0 = R0 + kTileRows * warp;
+  const bool warp_in = r0 < rows;
+  const int blk = lane & 3;
+  const std::int64_t cb = c0 + 16 * blk;
+  const bool row_in = warp_in && cb < cols;
+  SharedTile<T>& tile = sh.tile[warp];
+  if constexpr (kTileFirst) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4* src = row_in ? row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb)
+                                : reinterpret_cast<const uint4*>(x);  // not read: zeros are stored
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k)
+        copy16_to_shared_async(&tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)], src + (row_in ? k : 0),
+                               row_in);
+    }
+  }
   if (threadIdx.x == 0) {
     sh.g[0] = nvfp4_global_scale(bits_float(keys[0]));
     sh.g[1] = nvfp4_global_scale(bits_float(keys[1]));
@@ -421,28 +454,24 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   RoundingSpec rr = spec.row_rounding, cr = spec.col_rounding;
   if (spec.device_seed) rr.rng.seed = cr.rng.seed = sh.seed;
   const GlobalScale gr = sh.g[0], gc = sh.g[1];
-  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t r0 = R0 + kTileRows * warp;
-  const bool warp_in = r0 < rows;
-  SharedTile<T>& tile = sh.tile[warp];
   __syncthreads();  // the tables
+  if constexpr (kTileFirst) {
+    copy_to_shared_wait_all();
+  } else {
+    uint4 raw[2][kVecs];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k)
+        raw[h][k] = row_in ? __ldg(row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb) + k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)] = raw[h][k];
+  }
+  __syncwarp();  // the warp's tile (a warp reads only its own)
 
   // Rows: this lane's two rowwise blocks, whole.
-  const int blk = lane & 3;
-  const std::int64_t cb = c0 + 16 * blk;
-  const bool row_in = warp_in && cb < cols;
-  uint4 raw[2][kVecs];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + (r0 + (lane >> 2) + 8 * h) * cols + cb);
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) raw[h][k] = row_in ? __ldg(src + k) : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)] = raw[h][k];
-  __syncwarp();
   // Not unrolled (here and for the columns): one copy of the block code per direction keeps
   // the kernel's instructions in cache; the block comes back from the shared tile.
   unsigned general = 0;  // blocks left to the general path: bit h rowwise block h, bit 2 + j column j
