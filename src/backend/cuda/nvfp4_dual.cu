@@ -27,6 +27,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -583,6 +585,32 @@ void check_shape(std::int64_t rows, std::int64_t cols) {
                                 std::to_string(rows) + " x " + std::to_string(cols) + ")");
 }
 
+// The kernels read the input as 16-byte vectors (also by cp.async) and store codes and scales
+// as 4- to 16-byte words, at offsets that are multiples of those sizes; cudaMalloc's buffers
+// are 256-byte aligned, a view into one need not be, and a misaligned access would surface
+// as a sticky "misaligned address" error at some later CUDA call. Checked before any launch.
+void check_buffers(const void* d_x, const DualOutputs& out, const std::uint32_t* d_keys) {
+  const struct {
+    const void* p;
+    std::size_t align;
+    const char* what;
+  } bufs[] = {{d_x, 16, "input"},
+              {out.row_codes, 8, "row codes"},
+              {out.row_scales, 4, "row scales"},
+              {out.col_codes, 16, "column codes"},
+              {out.col_scales, 8, "column scales"},
+              {out.globals, alignof(GlobalScale), "global scales"},
+              {d_keys, alignof(std::uint32_t), "amax keys"}};
+  for (const auto& b : bufs) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(b.p);
+    if (b.p == nullptr) throw std::invalid_argument(std::string("dual NVFP4 quantization: no ") + b.what + " buffer (null)");
+    if (addr % b.align != 0)
+      throw std::invalid_argument(std::string("dual NVFP4 quantization: the ") + b.what + " buffer must be " +
+                                  std::to_string(b.align) + "-byte aligned (its address is " +
+                                  std::to_string(addr % b.align) + " bytes past a multiple)");
+  }
+}
+
 // The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends
 // with one atomicMax per key).
 template <class T>
@@ -642,6 +670,7 @@ template <class T>
 void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const DualOutputs& out,
             std::uint32_t* d_keys, void* stream) {
   check_shape(rows, cols);
+  check_buffers(d_x, out, d_keys);
   const auto st = static_cast<cudaStream_t>(stream);
   launch_amax_pass(d_x, rows, cols, spec, d_keys, st);
   launch_quantize_pass(d_x, rows, cols, spec, out, d_keys, st);

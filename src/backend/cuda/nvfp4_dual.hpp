@@ -38,7 +38,10 @@ DualSpec dual_spec(const QuantSpec& row_spec, const QuantSpec& col_spec);
 // Device buffers (all sizes in bytes): row codes rows*cols/2, row scales rows*cols/16, col codes
 // cols*rows/2 (stored transposed: row c of the transpose holds column c), col scales
 // cols*rows/16; globals[0] = rowwise, globals[1] = columnwise global scale (written);
-// d_keys: 2 words of scratch. Asynchronous on `stream`.
+// d_keys: 2 words of scratch. Alignment (cudaMalloc's 256 bytes satisfy all): the input and
+// the column codes 16 bytes, the row codes and column scales 8, the row scales 4; a null or
+// misaligned buffer throws std::invalid_argument naming it, before anything is launched.
+// Asynchronous on `stream`.
 struct DualOutputs {
   std::uint8_t* row_codes = nullptr;
   std::uint8_t* row_scales = nullptr;

@@ -1,0 +1,76 @@
+// What the CUDA backend refuses on the host, before any CUDA call: these run on every machine
+// that builds the backend (CI included, no GPU needed), since a refused call never reaches the
+// runtime. The device addresses are made up; each case has exactly one bad buffer, so a check
+// that let it through would reach the runtime and fail differently (runtime_error, not
+// invalid_argument), or on a GPU launch on made-up addresses.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/nvfp4_dual.hpp"
+#include "support/catch.hpp"
+
+using namespace fp4d;
+
+namespace {
+
+template <class T>
+T* fake(std::uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+// Well-aligned made-up buffers, one per role, 1 MiB apart.
+struct Buffers {
+  const float* x = fake<const float>(1u << 20);
+  cuda::DualOutputs out{fake<std::uint8_t>(2u << 20), fake<std::uint8_t>(3u << 20), fake<std::uint8_t>(4u << 20),
+                        fake<std::uint8_t>(5u << 20), fake<GlobalScale>(6u << 20)};
+  std::uint32_t* keys = fake<std::uint32_t>(7u << 20);
+};
+
+std::string refusal(const Buffers& b) {
+  try {
+    cuda::nvfp4_quantize_dual_device(b.x, 64, 64, cuda::DualSpec{}, b.out, b.keys);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(not refused as invalid_argument)";
+}
+
+}  // namespace
+
+TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before any CUDA call") {
+  Buffers b;
+  SECTION("input 4 bytes past 16") {
+    b.x = fake<const float>((1u << 20) + 4);
+    CHECK(refusal(b) == "dual NVFP4 quantization: the input buffer must be 16-byte aligned (its address is 4 bytes "
+                        "past a multiple)");
+  }
+  SECTION("column codes 8 bytes past 16 (stored as 16-byte words)") {
+    b.out.col_codes = fake<std::uint8_t>((4u << 20) + 8);
+    CHECK(refusal(b).find("the column codes buffer must be 16-byte aligned") != std::string::npos);
+  }
+  SECTION("row codes 4 bytes past 8") {
+    b.out.row_codes = fake<std::uint8_t>((2u << 20) + 4);
+    CHECK(refusal(b).find("the row codes buffer must be 8-byte aligned") != std::string::npos);
+  }
+  SECTION("row scales 2 bytes past 4") {
+    b.out.row_scales = fake<std::uint8_t>((3u << 20) + 2);
+    CHECK(refusal(b).find("the row scales buffer must be 4-byte aligned") != std::string::npos);
+  }
+  SECTION("column scales 4 bytes past 8") {
+    b.out.col_scales = fake<std::uint8_t>((5u << 20) + 4);
+    CHECK(refusal(b).find("the column scales buffer must be 8-byte aligned") != std::string::npos);
+  }
+  SECTION("no amax keys") {
+    b.keys = nullptr;
+    CHECK(refusal(b) == "dual NVFP4 quantization: no amax keys buffer (null)");
+  }
+  SECTION("a shape that is not whole blocks is refused first") {
+    try {
+      cuda::nvfp4_quantize_dual_device(b.x, 24, 64, cuda::DualSpec{}, b.out, b.keys);
+      FAIL("not refused");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("multiples of 16 (got 24 x 64)") != std::string::npos);
+    }
+  }
+}
