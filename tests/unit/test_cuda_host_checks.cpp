@@ -45,21 +45,21 @@ TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before 
     CHECK(refusal(b) == "dual NVFP4 quantization: the input buffer must be 16-byte aligned (its address is 4 bytes "
                         "past a multiple)");
   }
-  SECTION("column codes 8 bytes past 16 (stored as 16-byte words)") {
-    b.out.col_codes = fake<std::uint8_t>((4u << 20) + 8);
-    CHECK(refusal(b).find("the column codes buffer must be 16-byte aligned") != std::string::npos);
-  }
-  SECTION("row codes 4 bytes past 8") {
-    b.out.row_codes = fake<std::uint8_t>((2u << 20) + 4);
-    CHECK(refusal(b).find("the row codes buffer must be 8-byte aligned") != std::string::npos);
-  }
-  SECTION("row scales 2 bytes past 4") {
-    b.out.row_scales = fake<std::uint8_t>((3u << 20) + 2);
-    CHECK(refusal(b).find("the row scales buffer must be 4-byte aligned") != std::string::npos);
-  }
-  SECTION("column scales 4 bytes past 8") {
-    b.out.col_scales = fake<std::uint8_t>((5u << 20) + 4);
-    CHECK(refusal(b).find("the column scales buffer must be 8-byte aligned") != std::string::npos);
+  SECTION("an output buffer past its alignment (the column codes are stored as 16-byte words)") {
+    const struct {
+      std::uint8_t* cuda::DualOutputs::*buffer;
+      std::uintptr_t past;
+      const char* want;
+    } cases[] = {{&cuda::DualOutputs::col_codes, 8, "the column codes buffer must be 16-byte aligned"},
+                 {&cuda::DualOutputs::row_codes, 4, "the row codes buffer must be 8-byte aligned"},
+                 {&cuda::DualOutputs::row_scales, 2, "the row scales buffer must be 4-byte aligned"},
+                 {&cuda::DualOutputs::col_scales, 4, "the column scales buffer must be 8-byte aligned"}};
+    for (const auto& c : cases) {
+      Buffers bad;
+      bad.out.*c.buffer += c.past;
+      CAPTURE(c.want);
+      CHECK(refusal(bad).find(c.want) != std::string::npos);
+    }
   }
   SECTION("no amax keys") {
     b.keys = nullptr;
