@@ -479,8 +479,12 @@ def _limit(b: Bound) -> str:
 
 
 def _fmt_margin(r: Result) -> str:
+    """The margin cell. A violation shows its signed distance to the limit with two significant
+    digits: a fixed one decimal printed 2048 against "= 2049" as "-0.0%", which reads as a pass."""
     if not math.isfinite(r.margin):
-        return "-"
+        return "-" if r.ok else "VIOLATED"
+    if not r.ok:
+        return f"{100 * r.margin:+#.2g}%" if r.relative else f"{r.margin:+#.2g}"
     if r.relative:
         return f"{100 * r.margin:+.1f}%" if r.margin < 10 else ">+999%"
     return f"{r.margin:+.3g}"
@@ -492,9 +496,9 @@ def explain(r: Result) -> str:
     if not math.isfinite(v):
         moved = "the value is not finite"
     elif b.lo is not None and v < b.lo:
-        moved = f"{b.lo - v:.4g} below the min" + (f" ({100 * (b.lo - v) / abs(b.lo):.1f}% of it)" if b.lo else "")
+        moved = f"{b.lo - v:.4g} below the min" + (f" ({100 * (b.lo - v) / abs(b.lo):#.2g}% of it)" if b.lo else "")
     else:
-        moved = f"{v - b.hi:.4g} above the max" + (f" ({100 * (v - b.hi) / abs(b.hi):.1f}% of it)" if b.hi else "")
+        moved = f"{v - b.hi:.4g} above the max" + (f" ({100 * (v - b.hi) / abs(b.hi):#.2g}% of it)" if b.hi else "")
     return "\n".join([
         f"--- bound {b.name} ({b.file})",
         f"-   expected: {b.expression()} {_limit(b)}",

@@ -180,3 +180,27 @@ def test_traces_dir_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--traces" in r.stderr and "no-such-dir" in r.stderr and "is not a directory" in r.stderr
     assert "experiment rn" not in r.stdout
+
+
+@pytest.mark.parametrize("value,lo,hi", [(2048.0, 2049.0, 2049.0),      # an equality missed by one
+                                         (1.0001, None, 1.0),           # a maximum exceeded slightly
+                                         (-1e-4, 0.0, None)])           # a zero limit: absolute margin
+def test_a_violation_never_prints_a_margin_that_reads_as_a_pass(monkeypatch, value, lo, hi) -> None:
+    """A violated bound's margin cell is negative and nonzero with two significant digits (or
+    says VIOLATED); "-0.0%" beside a FAIL reads like a pass."""
+    monkeypatch.setitem(B.METRICS, "fake", (None, None, lambda tr, p: (value, "fake")))
+    r = B.evaluate(B.Bound("eq", "f.toml", "fake", {}, "e", lo, hi, "", ""), {"e": None})
+    assert not r.ok
+    cell = B._fmt_margin(r)
+    if cell != "VIOLATED":
+        number = float(cell.rstrip("%"))
+        assert number < 0, cell
+        digits = cell.lstrip("+-").rstrip("%").split("e")[0].replace(".", "").lstrip("0")
+        assert len(digits) >= 2, cell
+    assert "0.0%" not in B.explain(r)
+
+
+def test_non_finite_violation_says_violated(monkeypatch) -> None:
+    monkeypatch.setitem(B.METRICS, "fake", (None, None, lambda tr, p: (math.nan, "fake")))
+    r = B.evaluate(B.Bound("eq", "f.toml", "fake", {}, "e", 1.0, None, "", ""), {"e": None})
+    assert B._fmt_margin(r) == "VIOLATED"
