@@ -1,7 +1,8 @@
 // fp4drift run CONFIG: one experiment from a config file (issue 5). Workloads: `sum` and
 // `dot` (sim/sum_dot_run.hpp), `mlp` (sim/mlp_run.hpp). The trace (schema fp4drift.run v1,
 // docs/trace-format.md) carries the config text and the provenance.
-//  sum/dot: written as OUT.partial and renamed when complete (they take seconds).
+//  sum/dot: written as OUT.partial and renamed when complete (they take seconds); SIGINT or
+//       SIGTERM stops the run, removes OUT.partial and exits 130.
 //  mlp: written under OUT as it goes, status running -> complete | interrupted | failed,
 //       flushed with a checkpoint every trace.flush_every steps; Ctrl-C (SIGINT) or SIGTERM
 //       stops at the next step, flushes and exits 130; --resume continues from the checkpoint.
@@ -200,6 +201,47 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   return 0;
 }
 
+// Restores the default SIGINT/SIGTERM actions when it goes out of scope, however the run ends.
+struct StopSignals {
+  StopSignals() {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+};
+
+// A sum/dot run: short, and written whole as OUT.partial renamed when complete. SIGINT or
+// SIGTERM stops it within a few thousand terms (SumDotInterrupted), and the OutputFile's
+// destructor removes the partial file as the exception leaves this function.
+int run_sum_dot_workload(const RunArgs& a, Config& cfg, const std::string& workload, const SumDotRun& run,
+                         const std::string& command_line) {
+  const StopSignals signals;
+  OutputFile file(a.out, "fp4drift.run", 1, command_line);
+  if (file.enabled()) {
+    h5::Group root = file.root();
+    root.set_attr("workload", workload);
+    root.set_attr("config", cfg.text());
+    root.set_attr("config_source", a.config);
+  }
+  const SumDotResult r = run_sum_dot(run, &g_stop);
+  if (file.enabled()) {
+    write_sum_dot(file.root(), run, r);
+    if (g_stop.load()) throw SumDotInterrupted();  // a signal while the trace was written
+    file.complete();
+  }
+  if (a.json) json_sum_dot(run, r);
+  else {
+    print_sum_dot(run, r);
+    if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
+  }
+  return 0;
+}
+
 int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
   if (a.backend != "cuda") require_backend(a.backend);  // cuda: checked per workload below
@@ -215,27 +257,19 @@ int run_run(const RunArgs& a, const std::string& command_line) {
                      "--backend cuda is for the mlp workload)");
   if (a.resume)
     throw UsageError("--resume: '" + workload + "' runs are short and written whole; there is nothing to resume");
+  // Accepted and ignored, the option would read as applied in the recorded command line.
+  if (a.concurrent_runs != "auto")
+    throw UsageError("--concurrent-runs: only the mlp workload has runs to step concurrently (this is '" + workload +
+                     "')");
   const SumDotRun run = parse_sum_dot_run(cfg, workload, a.steps);
   cfg.finish();
-
-  OutputFile file(a.out, "fp4drift.run", 1, command_line);
-  if (file.enabled()) {
-    h5::Group root = file.root();
-    root.set_attr("workload", workload);
-    root.set_attr("config", cfg.text());
-    root.set_attr("config_source", a.config);
+  try {
+    return run_sum_dot_workload(a, cfg, workload, run, command_line);
+  } catch (const SumDotInterrupted&) {
+    // The output (OUT.partial) is gone with the OutputFile: a sum/dot run is written whole.
+    std::fprintf(stderr, "fp4drift: interrupted: the %s run stopped early; nothing was written\n", workload.c_str());
+    return 130;
   }
-  const SumDotResult r = run_sum_dot(run);
-  if (file.enabled()) {
-    write_sum_dot(file.root(), run, r);
-    file.complete();
-  }
-  if (a.json) json_sum_dot(run, r);
-  else {
-    print_sum_dot(run, r);
-    if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
-  }
-  return 0;
 }
 
 }  // namespace

@@ -113,6 +113,13 @@ class SrWords {
   Philox4x32 block_{};
 };
 
+// Every kStopCheck terms a run looks at its stop flag: often enough to stop within
+// milliseconds, rarely enough to cost nothing beside the rounding of a term.
+constexpr std::int64_t kStopCheck = 4096;
+void check_stop(const std::atomic<bool>* stop, std::int64_t k) {
+  if (stop && k % kStopCheck == 0 && stop->load(std::memory_order_relaxed)) throw SumDotInterrupted();
+}
+
 // Checkpoints: every power of two <= n, and n.
 std::vector<std::int64_t> checkpoints(std::int64_t n) {
   std::vector<std::int64_t> c;
@@ -194,7 +201,7 @@ double round_exact(const FloatFormat& f, double hi, double lo, const RoundingSpe
   return f.round_nearest_even(std::copysign(up ? H : L, hi));  // a grid value: sign/format checks only
 }
 
-std::vector<double> make_terms(const TermSpec& t, std::int64_t n, std::uint64_t stream) {
+std::vector<double> make_terms(const TermSpec& t, std::int64_t n, std::uint64_t stream, const std::atomic<bool>* stop) {
   if (n < 0) throw std::invalid_argument("number of terms must be >= 0");
   if (!std::isfinite(t.c)) throw std::invalid_argument("term constant c must be finite");
   enum { Uniform, Normal, Constant, Harmonic, Alternating, AltHarmonic } kind;
@@ -210,6 +217,7 @@ std::vector<double> make_terms(const TermSpec& t, std::int64_t n, std::uint64_t 
   const RngStream rs{t.seed, kTermStream ^ stream};
   std::vector<double> v(static_cast<std::size_t>(n));
   for (std::int64_t k = 0; k < n; ++k) {
+    check_stop(stop, k);
     const double i = static_cast<double>(k + 1);
     const double sign = (k % 2 == 0) ? 1.0 : -1.0;
     double x = 0.0;
@@ -257,6 +265,7 @@ SumDotResult sum_dot(const SumDotOptions& opt, std::span<const double> a, std::s
     LongAccumulator acc;
     std::size_t next = 0;
     for (std::int64_t k = 0; k < n; ++k) {
+      check_stop(opt.stop, k);
       const double x = a[static_cast<std::size_t>(k)];
       if (!dot) {
         acc.add(x);
@@ -299,6 +308,7 @@ SumDotResult sum_dot(const SumDotOptions& opt, std::span<const double> a, std::s
     std::size_t next = 0;
     std::int64_t& stagnation = res.first_stagnation[static_cast<std::size_t>(run)];
     for (std::int64_t k = 0; k < n; ++k) {
+      check_stop(opt.stop, k);
       const auto ku = static_cast<std::uint64_t>(k);
       double t = a[static_cast<std::size_t>(k)];
       if (dot) {

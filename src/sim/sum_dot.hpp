@@ -10,8 +10,10 @@
 // value is the exact sum of the terms as given, kept in a fixed-point accumulator.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,7 +35,14 @@ struct TermSpec {
 
 // n terms; stream separates independent vectors of one seed (a and b of a dot product).
 // Throws std::invalid_argument for unknown kinds, n < 0 or non-finite c.
-std::vector<double> make_terms(const TermSpec& t, std::int64_t n, std::uint64_t stream = 0);
+// Thrown by make_terms and sum_dot when *stop became true (a signal handler sets it): long
+// runs stop within a few thousand terms instead of running to the end.
+struct SumDotInterrupted : std::runtime_error {
+  SumDotInterrupted() : std::runtime_error("sum/dot run interrupted") {}
+};
+
+std::vector<double> make_terms(const TermSpec& t, std::int64_t n, std::uint64_t stream = 0,
+                               const std::atomic<bool>* stop = nullptr);
 
 struct SumDotOptions {
   FloatFormat format = format_fp32();  // the accumulator (and the rounded products)
@@ -41,6 +50,7 @@ struct SumDotOptions {
   // SR: independent runs; run r draws from seed rounding.rng.seed + r. RNE/RZ: always 1 run.
   int runs = 1;
   bool round_products = true;  // dot: p_i = round(a_i b_i) in the same format and mode
+  const std::atomic<bool>* stop = nullptr;  // when set and true: SumDotInterrupted
 };
 
 struct SumDotPoint {

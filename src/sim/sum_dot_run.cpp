@@ -68,11 +68,13 @@ SumDotRun parse_sum_dot_run(Config& cfg, const std::string& workload, std::int64
   return r;
 }
 
-SumDotResult run_sum_dot(const SumDotRun& run) {
-  const std::vector<double> a = make_terms(run.a, run.n, 0);
-  if (!run.dot) return sum_dot(run.options, a);
-  const std::vector<double> b = make_terms(run.b, run.n, 1);
-  return sum_dot(run.options, a, b);
+SumDotResult run_sum_dot(const SumDotRun& run, const std::atomic<bool>* stop) {
+  SumDotOptions options = run.options;
+  options.stop = stop;
+  const std::vector<double> a = make_terms(run.a, run.n, 0, stop);
+  if (!run.dot) return sum_dot(options, a);
+  const std::vector<double> b = make_terms(run.b, run.n, 1, stop);
+  return sum_dot(options, a, b);
 }
 
 void write_sum_dot(h5::Group root, const SumDotRun& run, const SumDotResult& r) {

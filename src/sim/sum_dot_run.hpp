@@ -41,7 +41,8 @@ struct SumDotRun {
 // overrides n (the CLI's --steps).
 SumDotRun parse_sum_dot_run(Config& cfg, const std::string& workload, std::int64_t steps = 0);
 
-SumDotResult run_sum_dot(const SumDotRun& run);
+// stop: checked every few thousand terms (SumDotInterrupted when it became true).
+SumDotResult run_sum_dot(const SumDotRun& run, const std::atomic<bool>* stop = nullptr);
 
 // /sum_dot: attributes (the resolved options) and datasets n [P], exact [P], computed [P x R],
 // error [P x R], mean_error [P], rms_error [P], sr_variance [P], sr_half_step_sq [P],
