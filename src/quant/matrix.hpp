@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/checked_size.hpp"
+
 namespace fp4d {
 
 struct Matrix {
@@ -13,8 +15,10 @@ struct Matrix {
   std::vector<float> data;
 
   Matrix() = default;
+  // SizeError (not a wrapped size, then a wild write) when r * c is negative or overflows;
+  // the per-tensor limit is the callers' to apply, where they can name the option.
   Matrix(std::int64_t r, std::int64_t c, float fill = 0.0f)
-      : rows(r), cols(c), data(static_cast<std::size_t>(r * c), fill) {}
+      : rows(r), cols(c), data(static_cast<std::size_t>(checked_mul(r, c, "matrix size")), fill) {}
   float& operator()(std::int64_t r, std::int64_t c) { return data[static_cast<std::size_t>(r * cols + c)]; }
   float operator()(std::int64_t r, std::int64_t c) const { return data[static_cast<std::size_t>(r * cols + c)]; }
   std::int64_t size() const { return rows * cols; }

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "util/checked_size.hpp"
+
 namespace fp4d::h5 {
 
 static_assert(std::is_same_v<Id, hid_t>, "fp4d::h5::Id must be hid_t");
@@ -274,9 +276,11 @@ void Handle::reset() noexcept {
 }
 }  // namespace detail
 
+// Checked: declared dims whose product wraps (2^33 x 2^31 is 0 modulo 2^64) must not pass
+// for an empty or small dataset. SizeError (bad input) names the dims.
 std::uint64_t DatasetInfo::elements() const {
   std::uint64_t n = 1;
-  for (auto d : dims) n *= d;
+  for (auto d : dims) n = checked_mul_u64(n, d, "dataset of dims " + dims_str(dims));
   return n;
 }
 
