@@ -22,6 +22,7 @@
 #include "sim/parallel_runs.hpp"
 #include "trace/h5.hpp"
 #include "trace/tensor_io.hpp"
+#include "util/checked_size.hpp"
 
 namespace fp4d {
 
@@ -91,6 +92,28 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     }
     throw ConfigError(cfg.source() + ": " + msg + with_steps);
   }
+  // Every tensor the model forms - weights (twice the rows under swiglu), a batch's
+  // activations, the teacher's - within the per-tensor element limit, checked here because
+  // this runs before a trace exists: a size that overflows would otherwise crash the run
+  // with its trace left "running".
+  const auto within_limit = [&](const std::string& key, std::int64_t a, std::int64_t b, const std::string& what) {
+    try {
+      (void)checked_elements(a, b, what);
+    } catch (const SizeError& e) {
+      cfg.require(false, key, e.what());
+    }
+  };
+  for (std::size_t i = 0; i < m.widths.size(); ++i)
+    within_limit("mlp.widths", 1, m.widths[i], "entry " + std::to_string(i));  // so 2 * width below cannot wrap
+  within_limit("mlp.batch", 1, m.batch, "batch");
+  within_limit("mlp.teacher_width", 1, m.teacher_width, "teacher width");
+  for (std::size_t l = 0; l + 1 < m.widths.size(); ++l) {
+    within_limit("mlp.widths", weight_rows(m, static_cast<int>(l)), m.widths[l], "weights of layer " + std::to_string(l));
+    within_limit("mlp.widths", m.batch, m.widths[l + 1], "activations of layer " + std::to_string(l) + " for the batch");
+  }
+  within_limit("mlp.widths", m.batch, m.widths.front(), "input batch");
+  within_limit("mlp.teacher_width", m.teacher_width, std::max(m.widths.front(), m.widths.back()), "teacher weights");
+  within_limit("mlp.teacher_width", m.batch, m.teacher_width, "teacher activations for the batch");
 
   r.recipes = cfg.get_strings("recipes.names", r.recipes);
   cfg.require(!r.recipes.empty(), "recipes.names", "needs at least one recipe");

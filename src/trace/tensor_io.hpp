@@ -21,7 +21,17 @@ TensorSource parse_tensor_source(const std::string& s);
 // Reads a 1-D (-> 1 x n) or 2-D float32/float64 dataset. dims receives the dataset's own
 // shape. Throws h5::Error or std::invalid_argument with a one-line message naming the
 // file, the dataset and what is wrong (missing, rank, type, empty).
+// The element limit kMaxTensorElements (util/checked_size.hpp) applies to the declared
+// dims before anything is allocated (SizeError, naming the dataset and the limit).
 Matrix read_matrix(const TensorSource& src, h5::Dims* dims = nullptr);
+
+// What read_matrix would return, from the dataset's declaration alone (nothing is read),
+// with the same checks and errors: for sizing a command's memory before the read.
+struct MatrixShape {
+  std::int64_t rows = 0, cols = 0;
+  h5::Dims dims;  // the dataset's own shape
+};
+MatrixShape inspect_matrix(const TensorSource& src);
 
 // Root attributes every fp4drift output carries: schema name and version, fp4drift
 // version and git commit, command line, host, creation time, status.
