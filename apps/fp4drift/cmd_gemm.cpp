@@ -2,6 +2,9 @@
 // each against the exact product, with the error split into its quantization and
 // accumulation parts (sim/gemm_experiment.hpp). Output: HDF5 (written as OUT.partial and
 // renamed when complete), a table on stdout, or JSON.
+#include <omp.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -23,6 +26,8 @@
 #include "sim/generators.hpp"
 #include "trace/output_file.hpp"
 #include "trace/tensor_io.hpp"
+#include "util/checked_size.hpp"
+#include "util/memory.hpp"
 
 namespace fp4d::cli {
 
@@ -42,6 +47,7 @@ struct GemmArgs {
   std::string backend = "cpu";
   bool fp8_fast_accumulation = false;  // cuda: cuBLASLt's FP8 fast-accumulation mode
   std::string reference_precision;  // also compute the product in this precision and certify it
+  bool force_memory = false;        // skip the memory check (the estimate is rough)
 };
 
 // A floating-point reference (--reference-precision): the unquantized product computed in
@@ -79,10 +85,11 @@ Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, s
     const TensorSource src = parse_tensor_source(input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
     refuse_output_over_input(a.out, src.file);
+    const MatrixShape m_shape = inspect_matrix(src);  // the declared shape, checked before anything is read
+    if (m_shape.rows != rows || m_shape.cols != cols)
+      throw UsageError("operand " + name + " from " + src.text() + " is " + std::to_string(m_shape.rows) + " x " +
+                       std::to_string(m_shape.cols) + ", the role needs " + std::to_string(rows) + " x " + std::to_string(cols));
     Matrix m = read_matrix(src);
-    if (m.rows != rows || m.cols != cols)
-      throw UsageError("operand " + name + " from " + src.text() + " is " + std::to_string(m.rows) + " x " +
-                       std::to_string(m.cols) + ", the role needs " + std::to_string(rows) + " x " + std::to_string(cols));
     std::int64_t bad = 0;
     if (!all_finite(m, &bad))
       throw UsageError("operand " + name + " from " + src.text() + " has a non-finite value at element " +
@@ -115,6 +122,55 @@ void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& 
   g.set_attr(prefix + "_exact_fraction", b.exact_fraction);
 }
 
+// The sizes a gemm run forms, each refused (UsageError naming --m/--n/--k and the limit)
+// beyond the per-tensor element limit: the two operands and the product, whose shapes
+// depend on the role. Returns the operand and product element counts and the reduction
+// length for the estimates below.
+struct GemmSizes {
+  std::int64_t operand_elements = 0, product_elements = 0, reduction = 0;
+};
+
+GemmSizes checked_gemm_sizes(const GemmArgs& a, GemmRole role, std::int64_t r1, std::int64_t c1, std::int64_t r2,
+                             std::int64_t c2) {
+  const std::string opts = "--m " + std::to_string(a.m) + " --n " + std::to_string(a.n) + " --k " + std::to_string(a.k);
+  GemmSizes g;
+  try {
+    const std::int64_t rows_c = role == GemmRole::Wgrad ? a.k : a.m, cols_c = role == GemmRole::Dgrad ? a.k : a.n;
+    g.reduction = role == GemmRole::Fprop ? a.k : role == GemmRole::Dgrad ? a.n : a.m;
+    g.operand_elements = checked_add(checked_elements(r1, c1, opts + ": the first operand"),
+                                     checked_elements(r2, c2, opts + ": the second operand"), opts);
+    g.product_elements = checked_elements(rows_c, cols_c, opts + ": the product");
+  } catch (const SizeError& e) {
+    throw UsageError(e.what());
+  }
+  return g;
+}
+
+// Peak bytes of a gemm run, roughly, from what sim/gemm_experiment.cpp holds at once: per
+// operand element about 60 (the operand, its NT copy, as doubles, its exact block operand,
+// quantized with codes and scales, the dequantized copies of the error terms); per product
+// element about 200 (two exact products kept exactly - a cpp_int and an exponent, 40 bytes
+// each without heap limbs - and rounded, the computed product, the SR sums, three error
+// terms, the FP32 model's product and error, the magnitudes).
+double gemm_bytes(const GemmSizes& g) {
+  return 60.0 * static_cast<double>(g.operand_elements) + 200.0 * static_cast<double>(g.product_elements);
+}
+
+// Seconds of the exact products: per recipe two exact GEMMs (of the operands and of the
+// quantized operands), M*N*K block-product terms each, at kExactSecondsPerTerm per term on
+// one thread, spread over the OpenMP threads. Measured as the wall time of `fp4drift gemm
+// --recipe nvfp4` (normal operands, Release build, OMP_NUM_THREADS=1, one AMD EPYC core)
+// over its 2*M*N*K terms: 4.0 s at M = N = K = 512 and 15.7 s at 512 x 512 x 2048, both
+// 1.5e-8 s per term (everything else in the run is O(M*N + (M+N)*K) and negligible there).
+// A rough figure: it only decides whether to announce the wait.
+constexpr double kExactSecondsPerTerm = 1.5e-8;
+
+double gemm_exact_seconds(const GemmSizes& g, std::size_t recipes) {
+  const double terms = 2.0 * static_cast<double>(recipes) * static_cast<double>(g.product_elements) *
+                       static_cast<double>(g.reduction);
+  return terms * kExactSecondsPerTerm / std::max(1, omp_get_max_threads());
+}
+
 int run_gemm(const GemmArgs& a, const std::string& command_line) {
   require_backend(a.backend);
   if (a.fp8_fast_accumulation && a.backend != "cuda") throw UsageError("--fp8-fast-accumulation needs --backend cuda");
@@ -125,6 +181,20 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   const std::vector<std::string> names = expand_gemm_recipe_names(a.recipes);
   std::int64_t r1, c1, r2, c2;
   expected_shapes(ops.role, a.m, a.n, a.k, &r1, &c1, &r2, &c2);
+  const GemmSizes sizes = checked_gemm_sizes(a, ops.role, r1, c1, r2, c2);
+  if (!a.force_memory) {
+    const std::string short_by = memory_shortfall(static_cast<std::uint64_t>(gemm_bytes(sizes)));
+    if (!short_by.empty())
+      throw UsageError("gemm --m " + std::to_string(a.m) + " --n " + std::to_string(a.n) + " --k " + std::to_string(a.k) +
+                       " " + short_by + "; --force-memory to try anyway");
+  }
+  // A long exact reference is announced (stderr: stdout may be JSON), and followed recipe by
+  // recipe below, so that a run of hours is not mistaken for a hang.
+  const double exact_s = gemm_exact_seconds(sizes, names.size());
+  const bool long_run = exact_s > 60;
+  if (long_run)
+    std::fprintf(stderr, "fp4drift gemm: the exact products of %zu recipe(s) will take about %.0f minutes on %d threads\n",
+                 names.size(), exact_s / 60, omp_get_max_threads());
   ops.first_name = ops.role == GemmRole::Dgrad ? "dY" : "X";
   ops.second_name = ops.role == GemmRole::Fprop || ops.role == GemmRole::Dgrad ? "W" : "dY";
   std::string src1, src2;
@@ -175,8 +245,13 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
 #endif
   std::vector<GemmResult> results;
   bool exact_file_written = false;
+  const auto started = std::chrono::steady_clock::now();
   for (const std::string& nm : names) {
     GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
+    if (long_run)
+      std::fprintf(stderr, "fp4drift gemm: recipe %s done (%zu of %zu), %.1f minutes so far\n", nm.c_str(),
+                   results.size() + 1, names.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60);
     if (!gpu_path.empty()) r.product_path = gpu_path;
     if (file.enabled()) {
       h5::Group root = file.root();
@@ -299,6 +374,8 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   app.add_flag("--fp8-fast-accumulation", a->fp8_fast_accumulation,
                "cuda: run FP8 GEMMs in cuBLASLt's fast-accumulation mode (no periodic FP32 promotion)");
+  app.add_flag("--force-memory", a->force_memory,
+               "Run even when the estimated memory need exceeds the memory available (MemAvailable)");
   app.add_option("--reference-precision", a->reference_precision,
                  "Also compute the unquantized product in double | binary128 | mp64 | mp113 | mp256 | mp1024, "
                  "compare it with the exact product and certify it against mp1024");

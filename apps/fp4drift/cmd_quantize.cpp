@@ -14,6 +14,8 @@
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
 #include "trace/output_file.hpp"
+#include "util/checked_size.hpp"
+#include "util/memory.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/nvfp4_quantize.hpp"
 #include "backend/cuda/quantize_cuda.hpp"
@@ -45,6 +47,7 @@ struct QuantizeArgs {
   CustomQuantOptions custom;
   std::string out;
   bool json = false, allow_nonfinite = false;
+  bool force_memory = false;  // skip the memory check (the estimate is rough)
   std::string backend = "cpu";
 };
 
@@ -65,6 +68,39 @@ void parse_shape(const std::string& s, std::int64_t* rows, std::int64_t* cols) {
   } catch (const std::exception&) {
   }
   throw UsageError("shape '" + s + "' is not ROWSxCOLS or N with positive integers");
+}
+
+void check_shape_limit(const std::string& s, std::int64_t rows, std::int64_t cols) {
+  try {
+    (void)checked_elements(rows, cols, "--shape " + s);
+  } catch (const SizeError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// Peak bytes of a quantize run, roughly: the float32 input, and for the recipe that needs
+// most what quantize_with_kernels (quant/quantize.cpp) holds at once - dequantized values,
+// codes, scales (a code and a float per block of 16 at most), the RHT output with its
+// double-precision copy for the statistics, the transposed copies of axis 0. Recipes run
+// one at a time and keep only their statistics.
+double quantize_bytes(std::int64_t rows, std::int64_t cols, const std::vector<std::pair<std::string, QuantSpec>>& specs) {
+  const double n = static_cast<double>(rows) * static_cast<double>(cols);
+  double worst = 0;
+  for (const auto& [name, s] : specs) {
+    double b = 4 * n + 5 * n / 16;
+    b += s.scheme == Scheme::Cast ? 2 * n : s.scheme == Scheme::Fp8 ? n : n / 2;
+    if (s.rht.enabled()) b += 12 * n;
+    if (s.stored_transposed()) b += 8 * n;
+    worst = std::max(worst, b);
+  }
+  return 4 * n + worst;
+}
+
+void check_memory(const QuantizeArgs& a, const std::string& what, std::int64_t rows, std::int64_t cols,
+                  const std::vector<std::pair<std::string, QuantSpec>>& specs) {
+  if (a.force_memory) return;
+  const std::string short_by = memory_shortfall(static_cast<std::uint64_t>(quantize_bytes(rows, cols, specs)));
+  if (!short_by.empty()) throw UsageError(what + " " + short_by + "; --force-memory to try anyway");
 }
 
 std::string pct(double f) {
@@ -156,12 +192,17 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
     const TensorSource src = parse_tensor_source(a.input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
     refuse_output_over_input(a.out, src.file);
+    const MatrixShape shape = inspect_matrix(src);  // the element limit, from the declared dims
+    check_memory(a, "input " + src.text() + " (" + std::to_string(shape.rows) + " x " + std::to_string(shape.cols) + ")",
+                 shape.rows, shape.cols, specs);
     x = read_matrix(src, &dims);
     source = src.text();
   } else {
     GeneratorSpec g;
     g.kind = a.generate;
     parse_shape(a.shape, &g.rows, &g.cols);
+    check_shape_limit(a.shape, g.rows, g.cols);
+    check_memory(a, "--shape " + a.shape, g.rows, g.cols, specs);
     g.seed = a.data_seed;
     g.scale = a.dist_scale;
     g.nu = a.nu;
@@ -250,6 +291,8 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--backend", a->backend, "cpu | cuda (every scheme; the RHT, orientation and statistics run on the host)")
       ->capture_default_str();
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "Quantize Inf/NaN inputs with the spec's semantics instead of refusing");
+  app.add_flag("--force-memory", a->force_memory,
+               "Run even when the estimated memory need exceeds the memory available (MemAvailable)");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};
   return [a, command_line, custom]() {
     bool custom_given = false;

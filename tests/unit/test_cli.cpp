@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include <hdf5.h>
+
 #include "support/catch.hpp"
 #include "trace/h5.hpp"
 
@@ -617,8 +619,134 @@ TEST_CASE("a size that does not fit in memory says so, not 'std::bad_alloc'") {
   TempDir t;
   const std::string out = t.file("q.h5");
   const Result r = run("quantize --generate normal --shape 100000000x100000000 --out " + out);  // 4e16 bytes
-  CHECK(r.status == 1);  // the input is well formed; the machine is too small
+  // Refused before any allocation: 10^16 elements is over the per-tensor limit (a size that
+  // fits the limit but not the machine is refused by the memory check, below).
+  CHECK(r.status == 2);
   CHECK(lines(r.err) == 1);
-  CHECK(r.err.find("out of memory") != std::string::npos);
+  CHECK(r.err.find("over the limit of 2^40 elements") != std::string::npos);
+  CHECK(r.err.find("bad_alloc") == std::string::npos);
   require_no_output(out);
+}
+
+namespace {
+
+// Sets an environment variable for the fp4drift processes a test starts; restores it after.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const std::string& n, const std::string& value) : name(n) {
+    if (const char* v = std::getenv(n.c_str())) had = true, old = v;
+    ::setenv(n.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+// An HDF5 file declaring a float32 dataset /x of these dims, chunked and never written: a
+// few kB on disk whatever it declares.
+void declare_tensor(const std::string& path, const std::vector<hsize_t>& dims) {
+  const int rank = static_cast<int>(dims.size());
+  const std::vector<hsize_t> chunk(dims.size(), 64);
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t s = H5Screate_simple(rank, dims.data(), nullptr);
+  const hid_t p = H5Pcreate(H5P_DATASET_CREATE);
+  const bool chunked = H5Pset_chunk(p, rank, chunk.data()) >= 0;
+  const hid_t d = H5Dcreate2(f, "x", H5T_NATIVE_FLOAT, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  const bool ok = f >= 0 && s >= 0 && chunked && d >= 0;
+  H5Dclose(d);
+  H5Pclose(p);
+  H5Sclose(s);
+  H5Fclose(f);
+  REQUIRE(ok);
+  REQUIRE(fs::file_size(path) < 100000);
+}
+
+}  // namespace
+
+TEST_CASE("gemm: --m/--n/--k whose operands or product overflow or pass 2^40 elements are refused, no output") {
+  // --m 2^60 used to overflow into a small size and crash.
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  for (const std::string args : {"--m 1152921504606846976 --n 16 --k 16", "--m 16 --n 16 --k 1152921504606846976",
+                                 "--m 2097152 --n 1048576 --k 16",  // the product: 2^41 elements
+                                 "--role wgrad --m 16 --n 2097152 --k 1048576"}) {
+    INFO(args);
+    const Result r = run("gemm " + args + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("over the limit of 2^40 elements per tensor") != std::string::npos);
+    CHECK(r.err.find("--m ") != std::string::npos);
+    require_no_output(out);
+  }
+}
+
+TEST_CASE("quantize and gemm: sizes beyond the memory available are refused with the figures; --force-memory runs") {
+  TempDir t;
+  const std::string out = t.file("o.h5");
+  {
+    // 160 GB of input: it used to run for minutes (swapping) before failing.
+    ScopedEnv mem("FP4DRIFT_MEMORY_AVAILABLE", "16000000000");
+    const Result r = run("quantize --generate normal --shape 200000x200000 --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("--shape 200000x200000 needs about ") != std::string::npos);
+    CHECK(r.err.find(" GB of memory, 16.0 GB available; --force-memory to try anyway") != std::string::npos);
+    require_no_output(out);
+  }
+  ScopedEnv mem("FP4DRIFT_MEMORY_AVAILABLE", "1000");  // 1 kB: any real run needs more
+  for (const std::string args : {"quantize --generate normal --shape 64x64", "gemm --m 32 --n 32 --k 32 -r nvfp4"}) {
+    INFO(args);
+    const Result refused = run(args + " --out " + out);
+    CHECK(refused.status == 2);
+    CHECK(lines(refused.err) == 1);
+    CHECK(refused.err.find("of memory, 1.00 kB available") != std::string::npos);
+    require_no_output(out);
+    const Result forced = run(args + " --force-memory --out " + out);
+    INFO(forced.err);
+    CHECK(forced.status == 0);
+    CHECK(fs::exists(out));
+    fs::remove(out);
+  }
+}
+
+TEST_CASE("run mlp: a width over the element limit is refused from the config before a trace exists") {
+  // widths = [16, 16, 2^60] used to crash the run, leaving its trace "running".
+  TempDir d;
+  const std::string out = d.file("m.h5");
+  for (const std::string widths : {"[16, 16, 1152921504606846976]", "[16, 137438953472, 8]"}) {  // 2^60; 2^37 x 16
+    INFO(widths);
+    const std::string cfg = write_text(d, "huge.toml",
+                                       "workload = \"mlp\"\n[mlp]\nwidths = " + widths + "\nbatch = 16\nsteps = 2\n");
+    const Result r = run("run " + cfg + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("huge.toml:3: 'mlp.widths'") != std::string::npos);
+    CHECK(r.err.find("over the limit of 2^40 elements per tensor") != std::string::npos);
+    require_no_output(out);
+  }
+}
+
+TEST_CASE("quantize and gemm: an HDF5 input declaring a huge dataset is refused before it is read") {
+  TempDir t;
+  const std::string out = t.file("o.h5"), over = t.file("over.h5"), wraps = t.file("wraps.h5"), tera = t.file("tera.h5");
+  declare_tensor(over, {hsize_t{1} << 21, hsize_t{1} << 21});   // 2^42 elements
+  declare_tensor(wraps, {hsize_t{1} << 33, hsize_t{1} << 31});  // 2^64: wrapped to 0, it was reported "empty"
+  declare_tensor(tera, {1000000, 1000000});                     // 10^12: under the limit, 4 TB as float32
+  ScopedEnv mem("FP4DRIFT_MEMORY_AVAILABLE", "16000000000");
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"quantize --input " + over + ":/x", "over.h5:/x': 2097152 x 2097152 = 4398046511104 elements, over the limit of 2^40"},
+           {"quantize --input " + wraps + ":/x", "= more than 2^63 elements, over the limit of 2^40"},
+           {"quantize --input " + tera + ":/x", "(1000000 x 1000000) needs about "},
+           {"gemm --m 16 --n 16 --k 16 --input-first " + tera + ":/x", "is 1000000 x 1000000, the role needs 16 x 16"},
+           {"gemm --m 16 --n 16 --k 16 --input-second " + over + ":/x", "over the limit of 2^40"}}) {
+    INFO(args);
+    const Result r = run(args + " --out " + out);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(want) != std::string::npos);
+    CHECK(r.err.find("is empty") == std::string::npos);
+    require_no_output(out);
+  }
 }
