@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -23,6 +24,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using detail::Handle;
+
+// No library clean-up at process exit: after a failed H5Fclose (a full disk) HDF5 keeps the
+// file's identifiers, and its atexit handler would flush them again and crash in doing so.
+// Every file is closed by its owner (File's destructor), so there is nothing left for it.
+const bool no_hdf5_atexit = [] {
+  H5dont_atexit();
+  return true;
+}();
 
 // HDF5 prints its error stack to stderr by default; our exceptions replace it. The
 // Debian library is built thread-safe, where this setting is per thread.
@@ -53,12 +62,34 @@ std::string hdf5_message() {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
-// Throws with the innermost HDF5 message appended.
+// HDF5's file-driver messages span lines ("file write failed: time = <ctime>\n, filename =
+// ..., errno = 28, error message = 'No space left on device', ..."): keep what a user needs,
+// on one line.
+std::string one_line(std::string detail) {
+  const std::string tag = "error message = '";
+  const std::size_t m = detail.find(tag);
+  if (m != std::string::npos) {
+    const std::size_t b = m + tag.size(), e = detail.find('\'', b);
+    const std::size_t colon = detail.find(':');
+    detail = (colon != std::string::npos && colon < m ? detail.substr(0, colon + 1) + " " : std::string()) +
+             detail.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  }
+  for (char& c : detail)
+    if (c == '\n' || c == '\r') c = ' ';
+  return detail;
+}
+
+// Throws with the innermost HDF5 message appended; a write that failed for want of space
+// throws DiskFull (the caller's data is intact up to its last durable point, and the cure is
+// space, not other input).
 [[noreturn]] void fail_h5(const std::string& msg) {
+  const int err = errno;
   std::string detail = hdf5_message();
   H5Eclear2(H5E_DEFAULT);
+  if (err == ENOSPC || detail.find("errno = 28,") != std::string::npos)
+    throw DiskFull(msg + ": no space left on device");
   if (detail.empty()) throw Error(msg);
-  throw Error(msg + ": " + detail);
+  throw Error(msg + ": " + one_line(detail));
 }
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
@@ -792,7 +823,7 @@ void Group::write(const std::string& name, const T* data, const Dims& dims,
   if (opts.compress && n > 4096) {
     std::vector<hsize_t> chunk = choose_chunk(dims, sizeof(T));
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
-        H5Pset_shuffle(dcpl.get()) < 0 || H5Pset_deflate(dcpl.get(), 4) < 0)
+        H5Pset_shuffle(dcpl.get()) < 0 || H5Pset_deflate(dcpl.get(), 4) < 0 || H5Pset_fletcher32(dcpl.get()) < 0)
       fail_h5(msg + " (compression settings)");
   }
   Handle lcpl = link_plist(msg);
@@ -844,7 +875,7 @@ Appendable<T> Group::create_appendable(const std::string& name, Dims row_shape,
   if (!space.valid()) fail_h5(msg);
   Handle dcpl = make_plist(H5P_DATASET_CREATE, msg);
   if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
-      H5Pset_shuffle(dcpl.get()) < 0 || H5Pset_deflate(dcpl.get(), 4) < 0)
+      H5Pset_shuffle(dcpl.get()) < 0 || H5Pset_deflate(dcpl.get(), 4) < 0 || H5Pset_fletcher32(dcpl.get()) < 0)
     fail_h5(msg + " (chunk/compression settings)");
   Handle lcpl = link_plist(msg);
   Handle ds(H5Dcreate2(h_.get(), name.c_str(), file_type<T>(), space.get(), lcpl.get(),
@@ -918,11 +949,14 @@ void Appendable<T>::append(const T* rows_data, std::uint64_t nrows) {
                                 nullptr) >= 0 &&
             H5Dwrite(h_.get(), mem_type<T>(), mspace.get(), fspace.get(), H5P_DEFAULT, rows_data) >= 0;
   if (!ok) {
+    const int err = errno;
     std::string detail = hdf5_message();
     dims[0] = old;  // do not leave fill-value rows behind
     H5Dset_extent(h_.get(), dims.data());
     H5Eclear2(H5E_DEFAULT);
-    fail(msg + (detail.empty() ? "" : ": " + detail));
+    if (err == ENOSPC || detail.find("errno = 28,") != std::string::npos)
+      throw DiskFull(msg + ": no space left on device");
+    fail(msg + (detail.empty() ? "" : ": " + one_line(detail)));
   }
 }
 
@@ -1017,6 +1051,27 @@ void File::flush() {
   silence();
   if (!h_.valid()) fail("cannot flush " + quote(path_) + ": file is closed");
   if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0) fail_h5("cannot flush " + quote(path_));
+}
+
+void File::sync() {
+  flush();
+  // H5Fflush hands the bytes to the kernel; fsync makes them survive a power loss. Any
+  // descriptor of the file serves (Linux syncs the inode), so HDF5's own is not needed.
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot sync " + quote(path_) + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    if (err == ENOSPC) throw DiskFull("cannot sync " + quote(path_) + ": no space left on device");
+    fail("cannot sync " + quote(path_) + ": " + std::strerror(err));
+  }
+}
+
+void File::sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) fail("cannot sync directory " + quote(dir) + ": " + std::strerror(errno));
+  ::fsync(fd);  // some file systems refuse fsync on a directory; the rename is then as durable as they make it
+  ::close(fd);
 }
 
 void File::close() {

@@ -31,10 +31,11 @@
 //   bool         attribute of h5py's bool type: an enum over int8 {FALSE = 0, TRUE = 1}
 //                (h5py: numpy.bool_). get_attr_bool/get_attr_int64 read it, and
 //                get_attr_bool reads any integer attribute (non-zero = true).
-//   datasets     compressed (gzip level 4 + shuffle, chunked, chunks ~256 KiB and never
-//                larger than the dims) when WriteOptions::compress and > 4096 elements;
-//                contiguous otherwise. dims {} writes a scalar dataset (one element).
-//   appendable   first dimension unlimited, chunked, gzip 4 + shuffle.
+//   datasets     compressed (gzip level 4 + shuffle + Fletcher32 checksum, chunked, chunks
+//                ~256 KiB and never larger than the dims) when WriteOptions::compress and
+//                > 4096 elements; contiguous otherwise. dims {} writes a scalar dataset.
+//   appendable   first dimension unlimited, chunked, gzip 4 + shuffle + Fletcher32 (a chunk
+//                damaged on disk fails to read instead of giving wrong numbers).
 //   file format  HDF5's default (earliest) format: readable by any HDF5 >= 1.8 and h5py;
 //                attributes are limited to 64 KiB each (store larger data as datasets).
 #pragma once
@@ -53,6 +54,13 @@ using Id = std::int64_t;  // == hid_t (static_assert in h5.cpp)
 using Dims = std::vector<std::uint64_t>;
 
 class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A write failed because the file system is full (ENOSPC). Not an Error: the input was fine,
+// and what was written before the last durable point (File::sync) is intact.
+class DiskFull : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -193,6 +201,7 @@ class Dataset : public Node {
 template <Element T>
 class Appendable : public Dataset {
  public:
+  using value_type = T;
   Appendable() = default;
   // Appends nrows rows of row_elements() values each (row-major).
   void append(const T* rows_data, std::uint64_t nrows);
@@ -280,6 +289,9 @@ class File {
 
   Group root() const;
   void flush();
+  void sync();   // flush(), then fsync: what was written survives a crash or power loss
+  // fsync of a directory: a file created or renamed in it survives a power loss.
+  static void sync_directory(const std::string& dir);
   void close();  // closes the file and everything opened through it; no-op if closed
   bool is_open() const noexcept { return h_.valid(); }
   const std::string& path() const noexcept { return path_; }

@@ -78,6 +78,7 @@ std::vector<T> pattern(std::size_t n, int salt) {
 struct Layout {
   bool chunked = false;
   int nfilters = 0;
+  std::vector<H5Z_filter_t> filters;  // in pipeline order
   std::vector<hsize_t> chunk;
 };
 
@@ -91,6 +92,12 @@ Layout layout_of(const h5::Dataset& d) {
     int r = H5Pget_chunk(dcpl, 32, l.chunk.data());
     l.chunk.resize(static_cast<std::size_t>(r));
     l.nfilters = H5Pget_nfilters(dcpl);
+    for (int i = 0; i < l.nfilters; ++i) {
+      unsigned flags = 0;
+      std::size_t nelmts = 0;
+      unsigned config = 0;
+      l.filters.push_back(H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nelmts, nullptr, 0, nullptr, &config));
+    }
   }
   H5Pclose(dcpl);
   return l;
@@ -119,7 +126,8 @@ void roundtrip_type(h5::Group& g, const std::string& tname) {
       Layout l = layout_of(d);
       CHECK(l.chunked == (compress && n > 4096));
       if (l.chunked) {
-        CHECK(l.nfilters == 2);  // shuffle + deflate
+        // shuffle + deflate, then the checksum of what is stored
+        CHECK(l.filters == std::vector<H5Z_filter_t>{H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE, H5Z_FILTER_FLETCHER32});
         REQUIRE(l.chunk.size() == dims.size());
         std::uint64_t bytes = sizeof(T);
         for (std::size_t i = 0; i < dims.size(); ++i) {
@@ -628,7 +636,7 @@ TEST_CASE("h5: appendable datasets") {
   Layout l = layout_of(root.open_dataset("trace/loss"));
   CHECK(l.chunked);
   CHECK(l.chunk == std::vector<hsize_t>{4});
-  CHECK(l.nfilters == 2);
+  CHECK(l.filters == std::vector<H5Z_filter_t>{H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE, H5Z_FILTER_FLETCHER32});
 }
 
 TEST_CASE("h5: a killed writer keeps everything up to its last flush") {
@@ -768,3 +776,47 @@ TEST_CASE("h5: rewrite in place and truncate (checkpoints and resumed traces)") 
   CHECK(l[5] == pattern<double>(10, 1)[5]);
   CHECK(l[6] == pattern<double>(2, 9)[0]);
 }
+
+#if H5_VERSION_GE(1, 10, 5)
+TEST_CASE("h5: a chunk damaged on disk fails its checksum instead of reading as other numbers") {
+  TempDir tmp;
+  const std::string p = (tmp.path / "damaged.h5").string();
+  std::vector<double> rows(6000);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = 0.25 * static_cast<double>(i);
+  {
+    h5::File f = h5::File::create(p);
+    auto a = f.root().create_appendable<double>("loss", {});
+    a.append(rows);
+    f.close();
+  }
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {
+    h5::File f = h5::File::open_read(p);
+    h5::Dataset d = f.root().open_dataset("loss");
+    hid_t space = H5Dget_space(d.id());
+    hsize_t offset[1] = {0};
+    unsigned mask = 0;
+    REQUIRE(H5Dget_chunk_info(d.id(), space, 0, offset, &mask, &addr, &size) >= 0);
+    H5Sclose(space);
+    CHECK(d.read<double>() == rows);
+  }
+  REQUIRE(size > 16);
+  {  // one byte in the middle of the stored (compressed) chunk
+    std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(addr + size / 2));
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    io.seekp(static_cast<std::streamoff>(addr + size / 2));
+    io.write(&c, 1);
+  }
+  h5::File f = h5::File::open_read(p);
+  try {
+    const std::vector<double> back = f.root().read<double>("loss");
+    FAIL("a damaged chunk was read without error (" << (back == rows ? "unchanged" : "different values") << ")");
+  } catch (const h5::Error& e) {
+    CHECK(std::string(e.what()).find("Fletcher32") != std::string::npos);
+  }
+}
+#endif
