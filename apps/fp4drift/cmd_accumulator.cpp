@@ -84,16 +84,24 @@ std::vector<SweepRow> sweep(const AccumulatorArgs& a) {
 }
 #endif
 
+// The values are checked before the device is looked for, so that a bad one is reported as
+// such on any build, and in the option's words.
+void check_accumulator_options(const AccumulatorArgs& a) {
+  if (a.m < 16 || a.n < 16 || a.m % 16 || a.n % 16) throw UsageError("--m and --n must be multiples of 16, at least 16");
+  if (a.probe_ks.empty() || a.sweep_ks.empty()) throw UsageError("--probe-k and --sweep-k need at least one value");
+  for (const std::int64_t k : a.probe_ks)
+    if (k < 32 || k % 16) throw UsageError("--probe-k values must be multiples of 16, at least 32, got " + std::to_string(k));
+  for (const std::int64_t k : a.sweep_ks)
+    if (k < 16 || k % 16) throw UsageError("--sweep-k values must be multiples of 16, at least 16, got " + std::to_string(k));
+}
+
 int run_accumulator(const AccumulatorArgs& a) {
+  check_accumulator_options(a);
 #if !defined(FP4DRIFT_WITH_CUDA)
-  (void)a;
   throw UsageError("accumulator: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
 #else
   std::string why;
   if (!cuda::device_available(&why)) throw UsageError("accumulator: no usable CUDA device (" + why + ")");
-  if (a.m < 16 || a.n < 16 || a.m % 16 || a.n % 16) throw UsageError("--m and --n must be multiples of 16, at least 16");
-  for (const std::int64_t k : a.sweep_ks)
-    if (k < 16 || k % 16) throw UsageError("--sweep-k values must be multiples of 16, at least 16");
   const std::vector<cuda::AccumulatorProbe> probes = cuda::probe_accumulators(a.probe_ks);
   const std::vector<SweepRow> rows = sweep(a);
   if (a.json) {
@@ -140,7 +148,7 @@ Runner add_accumulator(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--m", a->m, "Rows of A in the sweep")->capture_default_str();
   app.add_option("--n", a->n, "Rows of B in the sweep")->capture_default_str();
-  app.add_option("--data-seed", a->data_seed, "Seed of the random operands")->capture_default_str();
+  add_seed_option(app, "--data-seed", a->data_seed, "Seed of the random operands");
   app.add_flag("--json", a->json, "Print the results as JSON");
   return [a]() { return run_accumulator(*a); };
 }

@@ -197,7 +197,49 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
 #endif
 }
 
-int run_bench(const BenchArgs& a) {
+// Whether an option was given on the command line.
+using Given = std::function<bool(const std::string&)>;
+
+// Each option belongs to some benchmarks: given to another one it would be accepted and
+// ignored, so it is refused, as are values no benchmark can run with.
+void check_bench_options(const BenchArgs& a, const Given& given) {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> owners = {
+      {"--gemm-size", {"gemm-cuda"}},
+      {"--width", {"mlp-ref", "mlp-cuda"}},
+      {"--batch", {"mlp-ref", "mlp-cuda"}},
+      {"--config", {"mlp-cuda"}},
+      {"--steps", {"mlp-cuda"}},
+      {"--sizes", {"gemm-ref"}},
+      {"--rows", {"quantize-cuda", "quantize-dual-cuda"}},
+      {"--cols", {"quantize-cuda", "quantize-dual-cuda"}},
+      {"--dtype", {"quantize-cuda"}},
+      {"--log2-elements", {"quantize"}},
+      {"--threads", {"quantize", "gemm-ref"}},
+      {"--repeat", {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda", "gemm-cuda", "mlp-ref"}},
+      {"--cases", {"quantize"}},
+  };
+  static const std::vector<std::string> known = {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda",
+                                                 "gemm-cuda", "mlp-ref", "mlp-cuda"};
+  if (std::find(known.begin(), known.end(), a.what) == known.end())
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda)");
+  for (const auto& [option, benchmarks] : owners) {
+    if (!given(option) || std::find(benchmarks.begin(), benchmarks.end(), a.what) != benchmarks.end()) continue;
+    std::string list;
+    for (const std::string& b : benchmarks) list += (list.empty() ? "" : ", ") + b;
+    throw UsageError(option + " does not apply to bench " + a.what + " (it is an option of: " + list + ")");
+  }
+  if (a.repeat < 1) throw UsageError("--repeat must be at least 1, got " + std::to_string(a.repeat));
+  if (a.threads.empty()) throw UsageError("--threads needs at least one thread count");
+  for (const int t : a.threads)
+    if (t < 1) throw UsageError("--threads values must be at least 1, got " + std::to_string(t));
+  if (a.gemm_size < 1 || a.cuda_rows < 1 || a.cuda_cols < 1 || a.mlp_steps < 1)
+    throw UsageError("--gemm-size, --rows, --cols and --steps must be positive");
+  if (a.what == "mlp-cuda" && ((a.width_set && a.mlp_width < 16) || (a.batch_set && a.mlp_batch < 16)))
+    throw UsageError("bench mlp-cuda: --width and --batch must be at least 16");
+}
+
+int run_bench(const BenchArgs& a, const Given& given) {
+  check_bench_options(a, given);
   if (a.what == "gemm-ref") return run_bench_gemm_ref(a);
   if (a.what == "quantize-cuda") return run_bench_quantize_cuda(a);
   if (a.what == "gemm-cuda") return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json);
@@ -244,6 +286,13 @@ int run_bench(const BenchArgs& a) {
       {"fp8-e4m3-1x128", quant(preset("fp8-e4m3-1x128").spec, fp8_quantize_cpu), quant_hash},
   };
 
+  for (const std::string& name : a.only)  // an unknown name would make the run time nothing
+    if (std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == name; }))
+    {
+      std::string list;
+      for (const Case& c : cases) list += (list.empty() ? "" : ", ") + c.name;
+      throw UsageError("--cases: unknown case '" + name + "' (known: " + list + ")");
+    }
   struct Row {
     std::string name;
     int threads;
@@ -320,7 +369,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();
   app.add_option("--cases", a->only, "Only these cases (comma-separated)")->delimiter(',');
   app.add_flag("--json", a->json, "JSON output");
-  return [a]() { return run_bench(*a); };
+  return [a, &app]() {
+    return run_bench(*a, [&app](const std::string& name) { return app.get_option(name)->count() > 0; });
+  };
 }
 
 }  // namespace fp4d::cli

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 
@@ -171,7 +172,35 @@ double gemm_exact_seconds(const GemmSizes& g, std::size_t recipes) {
   return terms * kExactSecondsPerTerm / std::max(1, omp_get_max_threads());
 }
 
-int run_gemm(const GemmArgs& a, const std::string& command_line) {
+// Whether an option was given on the command line.
+using Given = std::function<bool(const std::string&)>;
+
+// An option is applied as recorded or refused: a parameter of another generator, generator
+// options when both operands come from files, SR options without an SR recipe, or
+// --save-tensors without a file would be accepted, ignored, and kept in the recorded command
+// line as if applied.
+void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::vector<std::string>& names) {
+  if (!a.input_first.empty() && !a.input_second.empty()) {
+    for (const char* o : {"--generate", "--nu", "--outlier-fraction", "--outlier-scale", "--data-seed"})
+      if (given(o)) throw UsageError(std::string(o) + " applies to generated operands, and both come from files");
+  } else {
+    for (const auto& [option, parameter] : {std::pair{"--nu", "nu"}, std::pair{"--outlier-fraction", "outlier_fraction"},
+                                            std::pair{"--outlier-scale", "outlier_scale"}})
+      if (given(option) && !generator_uses(a.generate, parameter))
+        throw UsageError(std::string(option) + " is not a parameter of --generate " + a.generate);
+  }
+  bool sr = false, fp8 = false;
+  for (const std::string& nm : names) {
+    const GemmRecipe g = gemm_recipe(nm);
+    sr = sr || (g.kind == GemmRecipe::Kind::Nvfp4 && g.sr_gradients);
+    fp8 = fp8 || g.kind == GemmRecipe::Kind::Fp8;
+  }
+  if (!sr && a.draws != 1) throw UsageError("--sr-draws applies only to stochastic rounding, which no recipe here uses");
+  if (!fp8 && a.fp8_fast_accumulation) throw UsageError("--fp8-fast-accumulation: no FP8 recipe in --recipe");
+  if (a.save_tensors && a.out.empty()) throw UsageError("--save-tensors writes into --out FILE, and none is given");
+}
+
+int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& given) {
   require_backend(a.backend);
   if (a.fp8_fast_accumulation && a.backend != "cuda") throw UsageError("--fp8-fast-accumulation needs --backend cuda");
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
@@ -179,6 +208,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line) {
   GemmOperands ops;
   ops.role = parse_gemm_role(a.role);
   const std::vector<std::string> names = expand_gemm_recipe_names(a.recipes);
+  refuse_unapplied_options(a, given, names);
   std::int64_t r1, c1, r2, c2;
   expected_shapes(ops.role, a.m, a.n, a.k, &r1, &c1, &r2, &c2);
   const GemmSizes sizes = checked_gemm_sizes(a, ops.role, r1, c1, r2, c2);
@@ -361,8 +391,8 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
   app.add_option("--outlier-scale", a->outlier_scale, "Factor on the outlier channels")->capture_default_str();
   app.add_option("--input-first", a->input_first, "First operand FILE.h5:/ds (fprop/wgrad: X, dgrad: dY)");
   app.add_option("--input-second", a->input_second, "Second operand FILE.h5:/ds (fprop/dgrad: W, wgrad: dY)");
-  app.add_option("--data-seed", a->data_seed, "Seed of the synthetic operands")->capture_default_str();
-  app.add_option("--seed", a->seed, "Seed of SR draws and random signs")->capture_default_str();
+  add_seed_option(app, "--data-seed", a->data_seed, "Seed of the synthetic operands");
+  add_seed_option(app, "--seed", a->seed, "Seed of SR draws and random signs");
   app.add_option("--recipe,-r", a->recipes, "GEMM recipes, comma-separated; 'all' for every one")->capture_default_str();
   app.add_option("--sr-draws", a->draws, "Repeat SR recipes with this many seeds (bias and variance)")->capture_default_str();
   app.add_option("--out,-o", a->out, "Output HDF5 file");
@@ -379,7 +409,9 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
   app.add_option("--reference-precision", a->reference_precision,
                  "Also compute the unquantized product in double | binary128 | mp64 | mp113 | mp256 | mp1024, "
                  "compare it with the exact product and certify it against mp1024");
-  return [a, command_line]() { return run_gemm(*a, command_line); };
+  return [a, command_line, &app]() {
+    return run_gemm(*a, command_line, [&app](const std::string& name) { return app.get_option(name)->count() > 0; });
+  };
 }
 
 }  // namespace fp4d::cli

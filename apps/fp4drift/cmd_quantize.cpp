@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -166,7 +167,41 @@ void print_json(std::ostream& os, const std::string& source, const std::string& 
   j.end_array().end_object();
 }
 
-int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given) {
+// Whether an option was given on the command line.
+using Given = std::function<bool(const std::string&)>;
+
+// An option is applied as recorded or refused. One that the rest of the command line makes
+// irrelevant - a parameter of another generator, a generator option with --input, --sr-bits
+// without SR, an RHT setting without the RHT - would be accepted,
+// ignored, and kept in the recorded command line (and the custom spec's in the trace's
+// attributes) as if it had been applied.
+void refuse_unapplied_options(const QuantizeArgs& a, const Given& given) {
+  const std::pair<const char*, const char*> generator_options[] = {
+      {"--dist-scale", "scale"}, {"--nu", "nu"}, {"--outlier-fraction", "outlier_fraction"}, {"--outlier-scale", "outlier_scale"}};
+  if (!a.input.empty()) {
+    for (const char* o : {"--shape", "--data-seed", "--dist-scale", "--nu", "--outlier-fraction", "--outlier-scale"})
+      if (given(o)) throw UsageError(std::string(o) + " applies to --generate only (the tensor comes from --input)");
+  } else if (!a.generate.empty()) {
+    for (const auto& [option, parameter] : generator_options)
+      if (given(option) && !generator_uses(a.generate, parameter))
+        throw UsageError(std::string(option) + " is not a parameter of --generate " + a.generate);
+    if (given("--allow-nonfinite"))
+      throw UsageError("--allow-nonfinite applies to --input only (a generated tensor is finite)");
+  }
+  const int d = a.custom.rht;
+  if (d != 0 && !(d >= 2 && d <= 256 && (d & (d - 1)) == 0))
+    throw UsageError("--rht must be 0 (off) or a power of two in [2, 256], got " + std::to_string(d));
+  if (d == 0)
+    for (const char* o : {"--rht-signs", "--rht-axis", "--rht-bf16"})
+      if (given(o)) throw UsageError(std::string(o) + " applies only with --rht D (the RHT is off)");
+  if (given("--sr-bits") && a.custom.rounding != "sr")
+    throw UsageError("--sr-bits applies only with --rounding sr (this run rounds " + a.custom.rounding + ")");
+  // --seed and --stream are accepted with deterministic recipes: they are the RNG key, recorded
+  // beside a rounding mode that says nothing was drawn, so that one command line can run
+  // deterministic and stochastic recipes alike.
+}
+
+int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given, const Given& given) {
   require_backend(a.backend);
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
@@ -182,6 +217,7 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
       specs.emplace_back(n, s);
     }
   }
+  refuse_unapplied_options(a, given);
 
   // ---- the tensor --------------------------------------------------------------------
   if (a.input.empty() == a.generate.empty()) throw UsageError("give exactly one of --input FILE.h5:/dataset and --generate KIND");
@@ -268,7 +304,7 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--input,-i", a->input, "Input tensor FILE.h5:/dataset (float32/float64, 1-D or 2-D)");
   app.add_option("--generate,-g", a->generate, "Synthetic input: normal | student-t | outliers");
   app.add_option("--shape", a->shape, "Synthetic shape ROWSxCOLS or N")->capture_default_str();
-  app.add_option("--data-seed", a->data_seed, "Seed of the synthetic generator")->capture_default_str();
+  add_seed_option(app, "--data-seed", a->data_seed, "Seed of the synthetic generator");
   app.add_option("--dist-scale", a->dist_scale, "Standard deviation / scale of the generator")->capture_default_str();
   app.add_option("--nu", a->nu, "Student-t degrees of freedom")->capture_default_str();
   app.add_option("--outlier-fraction", a->outlier_fraction, "Fraction of outlier channels (columns)")->capture_default_str();
@@ -284,8 +320,8 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   auto* rs = app.add_option("--rht-signs", a->custom.rht_signs, "te | random | none");
   auto* ra = app.add_option("--rht-axis", a->custom.rht_axis, "Axis the RHT runs along (0 = token dim)");
   auto* rb = app.add_flag("--rht-bf16", a->custom.rht_bf16, "Round the RHT output to BF16 before quantizing");
-  app.add_option("--seed", a->custom.seed, "Seed of the SR draws and random RHT signs")->capture_default_str();
-  app.add_option("--stream", a->custom.stream, "RNG stream id of the SR draws")->capture_default_str();
+  add_seed_option(app, "--seed", a->custom.seed, "Seed of the SR draws and random RHT signs");
+  add_seed_option(app, "--stream", a->custom.stream, "RNG stream id of the SR draws");
   app.add_option("--out,-o", a->out, "Output HDF5 file");
   app.add_flag("--json", a->json, "Print the results as JSON instead of a table");
   app.add_option("--backend", a->backend, "cpu | cuda (every scheme; the RHT, orientation and statistics run on the host)")
@@ -294,10 +330,11 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_flag("--force-memory", a->force_memory,
                "Run even when the estimated memory need exceeds the memory available (MemAvailable)");
   std::vector<CLI::Option*> custom{f, l, ax, ro, sb, sc, rh, rs, ra, rb};
-  return [a, command_line, custom]() {
+  return [a, command_line, custom, &app]() {
     bool custom_given = false;
     for (CLI::Option* o : custom) custom_given = custom_given || o->count() > 0;
-    return run_quantize(*a, command_line, custom_given);
+    return run_quantize(*a, command_line, custom_given,
+                        [&app](const std::string& name) { return app.get_option(name)->count() > 0; });
   };
 }
 

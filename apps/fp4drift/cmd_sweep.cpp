@@ -22,14 +22,21 @@ struct SweepArgs {
   std::string sweep, out, backend;
   std::int64_t workers = 0;
   bool dry_run = false;
+  // Given on the command line: an empty --backend or --out, or --workers 0, would otherwise
+  // fall back to the file's value unnoticed.
+  bool backend_given = false, out_given = false, workers_given = false;
 };
 
 int run_sweep(const SweepArgs& a, const std::string& command_line) {
+  if (a.backend_given && a.backend != "cpu" && a.backend != "cuda")
+    throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+  if (a.workers_given && (a.workers < 1 || a.workers > 4096))
+    throw UsageError("--workers must be in [1, 4096], got " + std::to_string(a.workers));
+  if (a.out_given && a.out.empty()) throw UsageError("--out: an empty directory name");
   sweep::Sweep s = sweep::load_sweep(a.sweep);
-  if (!a.backend.empty()) s.backend = a.backend;
+  if (a.backend_given) s.backend = a.backend;
   if (s.backend != "cpu" && s.backend != "cuda") throw UsageError("--backend must be cpu or cuda");
-  if (a.workers < 0 || a.workers > 4096) throw UsageError("--workers must be in [1, 4096]");
-  if (a.workers > 0) s.workers = a.workers;
+  if (a.workers_given) s.workers = a.workers;
   const std::string out = a.out.empty() ? s.out : a.out;
   if (a.dry_run) {
     std::printf("%zu runs (workload %s) from %s, base %s; output %s\n", s.runs.size(), s.runs.front().workload.c_str(),
@@ -53,9 +60,12 @@ Runner add_sweep(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<SweepArgs>();
   app.add_option("sweep", a->sweep, "Sweep file (TOML subset; data/sweeps/ has examples, docs/sweeps.md the format)")
       ->required();
-  app.add_option("--out,-o", a->out, "Output directory (overrides the file's 'out')");
-  app.add_option("--workers,-j", a->workers, "Concurrent runs (per MPI rank under mpirun; overrides 'workers')");
-  app.add_option("--backend", a->backend, "cpu | cuda (overrides 'backend')");
+  app.add_option("--out,-o", a->out, "Output directory (overrides the file's 'out')")
+      ->each([a](const std::string&) { a->out_given = true; });
+  app.add_option("--workers,-j", a->workers, "Concurrent runs (per MPI rank under mpirun; overrides 'workers')")
+      ->each([a](const std::string&) { a->workers_given = true; });
+  app.add_option("--backend", a->backend, "cpu | cuda (overrides 'backend')")
+      ->each([a](const std::string&) { a->backend_given = true; });
   app.add_flag("--dry-run", a->dry_run, "Expand and validate every run's config, list the runs, run nothing");
   return [a, command_line]() { return run_sweep(*a, command_line); };
 }

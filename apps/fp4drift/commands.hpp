@@ -2,6 +2,7 @@
 // the function that runs it (exit status).
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -38,6 +39,28 @@ inline void refuse_output_over_input(const std::string& out, const std::string& 
   std::error_code ec;
   if (!out.empty() && std::filesystem::equivalent(out, input_file, ec))
     throw UsageError("--out " + out + " is also the input file " + input_file + ": the output would replace it");
+}
+
+// A seed or RNG stream id: a decimal integer in [0, 2^64 - 1], refused otherwise. CLI11
+// converts into std::uint64_t with strtoull, which wraps "-1" to 2^64 - 1 and clamps anything
+// above 2^64 - 1 to it, so the value would be recorded as a seed the user did not give.
+inline std::uint64_t parse_seed(const std::string& option, const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, ec] = std::from_chars(text.data(), end, v);  // digits only: no sign, no base prefix
+  if (text.empty() || ec != std::errc() || stop != end)
+    throw CLI::ValidationError(option, "must be an integer in [0, 18446744073709551615] (2^64 - 1), got '" + text + "'");
+  return v;
+}
+
+// Every seed and stream option goes through parse_seed (a CLI11 parse error: exit 2).
+inline CLI::Option* add_seed_option(CLI::App& app, const std::string& name, std::uint64_t& target,
+                                    const std::string& description) {
+  const std::string shown = name.substr(0, name.find(','));
+  CLI::Option* o = app.add_option_function<std::string>(
+      name, [&target, shown](const std::string& s) { target = parse_seed(shown, s); }, description);
+  o->default_str(std::to_string(target));
+  return o;
 }
 
 // --backend: "cpu" or "cuda"; cuda needs a CUDA build and a usable device (UsageError with

@@ -98,6 +98,15 @@ Matrix generate(const GeneratorSpec& g) {
   return m;
 }
 
+bool generator_uses(const std::string& kind, const std::string& parameter) {
+  if (kind != "normal" && kind != "student-t" && kind != "outliers")
+    throw std::invalid_argument("unknown generator '" + kind + "' (known: normal, student-t, outliers)");
+  if (parameter == "scale") return true;
+  if (parameter == "nu") return kind == "student-t";
+  if (parameter == "outlier_fraction" || parameter == "outlier_scale") return kind == "outliers";
+  throw std::invalid_argument("unknown generator parameter '" + parameter + "'");
+}
+
 std::string describe(const GeneratorSpec& g) {
   std::ostringstream s;
   s << g.kind << "(rows=" << g.rows << ", cols=" << g.cols << ", seed=" << g.seed << ", scale=" << g.scale;

@@ -20,6 +20,11 @@ struct GeneratorSpec {
   double outlier_scale = 50.0;      // outliers: factor on those channels
 };
 
+// Whether generator `kind` reads `parameter` - "scale" (every kind), "nu" (student-t),
+// "outlier_fraction" and "outlier_scale" (outliers) - so that front ends refuse a parameter
+// of another generator instead of ignoring it. std::invalid_argument for an unknown kind.
+bool generator_uses(const std::string& kind, const std::string& parameter);
+
 // Throws std::invalid_argument for unknown kinds and out-of-range parameters.
 Matrix generate(const GeneratorSpec& g);
 std::string describe(const GeneratorSpec& g);

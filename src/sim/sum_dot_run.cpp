@@ -54,6 +54,9 @@ SumDotRun parse_sum_dot_run(Config& cfg, const std::string& workload, std::int64
   else cfg.require(false, s + "rounding", "must be rne, rz or sr (got '" + r.rounding_name + "')");
   const auto sr_bits = cfg.get_int(s + "sr_bits", 0);
   cfg.require(sr_bits >= 0 && sr_bits <= 32, s + "sr_bits", "must be in [0, 32] (0 = exact SR)");
+  // The trace records sr_bits; a k-bit SR setting under RNE/RZ would read as an SR run.
+  cfg.require(sr_bits == 0 || r.options.rounding.mode == Rounding::Stochastic, s + "sr_bits",
+              "applies to rounding = \"sr\" only (this run rounds " + r.rounding_name + ")");
   r.options.rounding.sr_bits = static_cast<int>(sr_bits);
   r.options.rounding.rng = RngStream{static_cast<std::uint64_t>(seed), 0x53554d0000000000ull};  // "SUM"
   const auto runs = cfg.get_int(s + "runs", 1);

@@ -750,3 +750,131 @@ TEST_CASE("quantize and gemm: an HDF5 input declaring a huge dataset is refused 
     require_no_output(out);
   }
 }
+
+namespace {
+// An option refused as not applying: exit 2, one line naming it, no output file.
+void require_refused(const std::string& args, const std::string& want, const std::string& out = "") {
+  INFO(args);
+  const Result r = run(args + (out.empty() ? "" : " --out " + out));
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  INFO(r.err);
+  CHECK(r.err.find(want) != std::string::npos);
+  if (!out.empty()) require_no_output(out);
+}
+}  // namespace
+
+TEST_CASE("options are applied as recorded or refused: none is accepted and ignored") {
+  TempDir t;
+  const std::string out = t.file("o.h5"), gen = "quantize --generate normal --shape 64x64";
+  const std::string g16 = "gemm --m 16 --n 16 --k 16";
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {gen + " --rht -16", "--rht must be 0 (off) or a power of two in [2, 256], got -16"},
+           {gen + " --rht 12 --rht-signs none", "power of two in [2, 256], got 12"},
+           {gen + " --rounding rne --sr-bits 8", "--sr-bits applies only with --rounding sr"},
+           {gen + " --sr-bits 8", "--sr-bits applies only with --rounding sr"},
+           {gen + " --rht-signs random", "--rht-signs applies only with --rht D"},
+           {gen + " --rht 0 --rht-axis 1", "--rht-axis applies only with --rht D"},
+           {gen + " --rht-bf16", "--rht-bf16 applies only with --rht D"},
+           {gen + " --allow-nonfinite", "--allow-nonfinite applies to --input only"},
+           {g16 + " --recipe bf16,fp8 --sr-draws 4", "--sr-draws applies only to stochastic rounding"},
+           {"run " FP4DRIFT_SOURCE_DIR "/data/configs/sum-fp16-rn.toml --concurrent-runs on", "--concurrent-runs"}})
+    require_refused(args, want, out);
+  require_refused(g16 + " --save-tensors", "--save-tensors writes into --out FILE");
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"bench quantize --gemm-size 64", "--gemm-size does not apply to bench quantize"},
+           {"bench gemm-ref --log2-elements 10", "--log2-elements does not apply to bench gemm-ref"},
+           {"bench mlp-cuda --repeat 3", "--repeat does not apply to bench mlp-cuda"},
+           {"bench quantize --log2-elements 10 --repeat 0", "--repeat must be at least 1, got 0"},
+           {"bench quantize --log2-elements 10 --threads 0", "--threads values must be at least 1, got 0"},
+           {"bench quantize --log2-elements 10 --cases nvfp4-1x16-rne,nope", "--cases: unknown case 'nope'"},
+           {"accumulator --probe-k 8", "--probe-k values must be multiples of 16, at least 32, got 8"},
+           {"sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --dry-run --workers 0", "--workers must be in [1, 4096], got 0"},
+           {"sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --dry-run --backend ''", "--backend must be cpu or cuda"}})
+    require_refused(args, want);
+  // A sum config's sr_bits under RNE would be recorded in the trace as if SR were on.
+  const std::string cfg = write_text(t, "rne-sr8.toml", std::string(kStagnatingSum) + "sr_bits = 8\n");
+  require_refused("run " + cfg, "'sum.sr_bits'", out);
+
+  // What does apply is applied and recorded as given.
+  {
+    const Result r = run(gen + " --rounding sr --sr-bits 8 --seed 5 --stream 2 --rht 16 --rht-signs random --rht-axis 1 --out " + out);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    fp4d::h5::File f = fp4d::h5::File::open_read(out);
+    fp4d::h5::Group g = f.root().open_group("recipes/custom");
+    CHECK(g.get_attr_int64("sr_bits") == 8);
+    CHECK(g.get_attr_int64("rht_size") == 16);
+    CHECK(g.get_attr_uint64("seed") == 5);
+    CHECK(g.get_attr_uint64("stream") == 2);
+    fs::remove(out);
+  }
+  CHECK(run(gen + " --recipe nvfp4-sr --seed 5").status == 0);
+  CHECK(run(g16 + " --recipe nvfp4 --sr-draws 2 --seed 3").status == 0);
+}
+
+TEST_CASE("generator options belong to their generator: another generator's are refused") {
+  TempDir t;
+  const std::string out = t.file("o.h5"), x = t.file("x.h5"), w = t.file("w.h5");
+  write_tensor(x, std::vector<float>(256, 0.5f), {16, 16});
+  write_tensor(w, std::vector<float>(256, 0.25f), {16, 16});
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"quantize --generate normal --nu -1", "--nu is not a parameter of --generate normal"},
+           {"quantize --generate normal --outlier-scale 3", "--outlier-scale is not a parameter of --generate normal"},
+           {"quantize --generate student-t --outlier-fraction 0.1", "--outlier-fraction is not a parameter of --generate student-t"},
+           {"quantize --generate outliers --nu 4", "--nu is not a parameter of --generate outliers"},
+           {"quantize --input " + x + ":/x --nu 3", "--nu applies to --generate only"},
+           {"quantize --input " + x + ":/x --dist-scale 2", "--dist-scale applies to --generate only"},
+           {"quantize --input " + x + ":/x --shape 16x16", "--shape applies to --generate only"},
+           {"quantize --input " + x + ":/x --data-seed 4", "--data-seed applies to --generate only"},
+           {"gemm --m 16 --n 16 --k 16 --nu 3", "--nu is not a parameter of --generate normal"},
+           {"gemm --m 16 --n 16 --k 16 --generate student-t --outlier-scale 3", "--outlier-scale is not a parameter"},
+           {"gemm --m 16 --n 16 --k 16 --input-first " + x + ":/x --input-second " + w + ":/x --generate student-t",
+            "--generate applies to generated operands, and both come from files"}})
+    require_refused(args, want, out);
+  CHECK(run("quantize --generate student-t --nu 3 --shape 32x32").status == 0);
+  CHECK(run("quantize --generate outliers --outlier-fraction 0.1 --outlier-scale 8 --dist-scale 2 --shape 32x32").status == 0);
+  CHECK(run("gemm --m 16 --n 16 --k 16 --recipe bf16 --input-first " + x + ":/x --nu 3 --generate student-t").status == 0);
+}
+
+TEST_CASE("seeds outside [0, 2^64 - 1] are refused, not wrapped or clamped") {
+  TempDir t;
+  const std::string out = t.file("o.h5");
+  const std::string q = "quantize --generate normal --shape 16x16 --recipe nvfp4-sr", g = "gemm --m 16 --n 16 --k 16 --recipe nvfp4";
+  for (const std::string& cmd : {q + " --data-seed", q + " --seed", q + " --stream", g + " --data-seed", g + " --seed",
+                                 std::string("accumulator --data-seed")})
+    for (const char* value : {"-1", "18446744073709551616", "99999999999999999999999", "1e3", "0x10", "+5", "''"}) {
+      INFO(cmd << " " << value);
+      const Result r = run(cmd + " " + value + (cmd.rfind("accumulator", 0) == 0 ? "" : " --out " + out));
+      CHECK(r.status == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.find("must be an integer in [0, 18446744073709551615]") != std::string::npos);
+      require_no_output(out);
+    }
+  CHECK(run(q + " --seed=-1").status == 2);
+  // The largest seed is a seed, recorded as given.
+  const Result r = run(q + " --data-seed 18446744073709551615 --seed 18446744073709551615 --out " + out);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  CHECK(f.root().get_attr_string("source").find("seed=18446744073709551615") != std::string::npos);
+  CHECK(f.root().open_group("recipes/nvfp4-sr").get_attr_uint64("seed") == 18446744073709551615ull);
+}
+
+TEST_CASE("run: an endless or oversized config file is refused at once, in one line") {
+  // /dev/zero used to be read until memory ran out; a NUL in a config left a half-made trace.
+  TempDir t;
+  const std::string out = t.file("o.h5");
+  Result r = run("run /dev/zero --out " + out);
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("larger than the 1 MiB") != std::string::npos);
+  require_no_output(out);
+  const char nul[] = "workload = \"sum\" # a\0b\n";
+  std::ofstream(t.file("nul.toml"), std::ios::binary) << std::string(nul, sizeof nul - 1);
+  r = run("run " + t.file("nul.toml") + " --out " + out);
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("control character") != std::string::npos);
+  require_no_output(out);
+}
