@@ -1,159 +1,61 @@
 #include "util/config.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <limits>
+
+// toml++ is used header-only: the GPU image has no package for it, so the build there needs
+// nothing but a copy of the headers (scripts/vendor-tomlpp). Without exceptions its parse()
+// returns the error as a value, which keeps the error path plain code. The formatters
+// (TOML/JSON/YAML output) are not needed and only cost compile time.
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#define TOML_ENABLE_FORMATTERS 0
+#include <toml++/toml.h>
 
 namespace fp4d {
 
-namespace {
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-bool bare_key(const std::string& k) {
-  if (k.empty()) return false;
-  for (char c : k)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
-  return true;
-}
-
-struct Cursor {
-  const std::string& s;
-  std::size_t i = 0;
-  int line;
-  std::string source;
-  [[noreturn]] void fail(const std::string& what) const {
-    throw ConfigError(source + ":" + std::to_string(line) + ": " + what);
-  }
-  void skip_ws() {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  }
-  bool at_end_or_comment() {
-    skip_ws();
-    return i >= s.size() || s[i] == '#' || s[i] == '\r';
-  }
-};
-
-Config::Scalar parse_string(Cursor& c) {
-  ++c.i;  // opening quote
+std::string quote_for_message(std::string_view s, std::size_t max_chars) {
   std::string out;
-  while (c.i < c.s.size() && c.s[c.i] != '"') {
-    char ch = c.s[c.i++];
-    if (ch == '\\') {
-      if (c.i >= c.s.size()) c.fail("unterminated escape in a string");
-      const char e = c.s[c.i++];
-      switch (e) {
-        case '"': ch = '"'; break;
-        case '\\': ch = '\\'; break;
-        case 'n': ch = '\n'; break;
-        case 't': ch = '\t'; break;
-        default: c.fail(std::string("unsupported escape \\") + e + " in a string");
-      }
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    std::string piece;
+    if (c == '\\') piece = "\\\\";
+    else if (c == '\'') piece = "\\'";
+    else if (c >= 0x20 && c < 0x7f) piece = std::string(1, ch);
+    else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      piece = buf;
     }
-    out += ch;
+    // Never split an escape: the cut falls before the piece that would pass the limit.
+    if (out.size() + piece.size() > max_chars) return out + "...";
+    out += piece;
   }
-  if (c.i >= c.s.size()) c.fail("unterminated string (strings are one line, in double quotes)");
-  ++c.i;
   return out;
 }
 
-Config::Scalar parse_number_or_bool(Cursor& c) {
-  const std::size_t b = c.i;
-  while (c.i < c.s.size() && c.s[c.i] != ',' && c.s[c.i] != ']' && c.s[c.i] != ' ' && c.s[c.i] != '\t' &&
-         c.s[c.i] != '#' && c.s[c.i] != '\r')
-    ++c.i;
-  std::string tok = c.s.substr(b, c.i - b);
-  if (tok == "true") return true;
-  if (tok == "false") return false;
-  {
-    const std::size_t d = (!tok.empty() && (tok[0] == '+' || tok[0] == '-')) ? 1 : 0;
-    if (d >= tok.size() || !(std::isdigit(static_cast<unsigned char>(tok[d])) || tok[d] == '.'))
-      c.fail("not a value: '" + tok + "' (strings need double quotes; inf and nan are not accepted)");
-  }
-  std::string digits;
-  for (std::size_t k = 0; k < tok.size(); ++k) {
-    if (tok[k] == '_') {
-      if (k == 0 || k + 1 == tok.size() || !std::isdigit(static_cast<unsigned char>(tok[k - 1])) ||
-          !std::isdigit(static_cast<unsigned char>(tok[k + 1])))
-        c.fail("misplaced '_' in the number '" + tok + "'");
-      continue;
-    }
-    digits += tok[k];
-  }
-  if (digits.empty()) c.fail("missing value");
-  const bool is_float = digits.find_first_of(".eE") != std::string::npos;
-  const char* p = digits.c_str();
-  char* end = nullptr;
-  errno = 0;
-  if (!is_float) {
-    const long long v = std::strtoll(p, &end, 10);
-    if (*end != '\0' || end == p) c.fail("not a value: '" + tok + "' (strings need double quotes)");
-    if (errno == ERANGE) c.fail("integer out of range: '" + tok + "'");
-    return static_cast<std::int64_t>(v);
-  }
-  const double v = std::strtod(p, &end);
-  if (*end != '\0' || end == p || digits.find_first_of("xXpP") != std::string::npos)
-    c.fail("not a number: '" + tok + "'");
-  if (!std::isfinite(v)) c.fail("number out of range: '" + tok + "'");
-  return v;
-}
+namespace {
 
-Config::Scalar parse_scalar(Cursor& c) {
-  c.skip_ws();
-  if (c.i >= c.s.size()) c.fail("missing value");
-  if (c.s[c.i] == '"') return parse_string(c);
-  if (c.s[c.i] == '\'' ) c.fail("literal 'strings' are not supported: use double quotes");
-  if (c.s[c.i] == '{') c.fail("inline tables are not supported: use a [section]");
-  if (c.s[c.i] == '[') c.fail("nested arrays are not supported");
-  return parse_number_or_bool(c);
-}
-
-Config::Value parse_value(Cursor& c) {
-  Config::Value v;
-  v.line = c.line;
-  c.skip_ws();
-  if (c.i < c.s.size() && c.s[c.i] == '[') {
-    v.is_array = true;
-    ++c.i;
-    c.skip_ws();
-    if (c.i < c.s.size() && c.s[c.i] == ']') {
-      ++c.i;
-      return v;
+// Source names (paths, "value '...'") only lose their non-printable bytes: they are not
+// values, and cutting a path would hide which file is meant.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
     }
-    for (;;) {
-      v.items.push_back(parse_scalar(c));
-      c.skip_ws();
-      if (c.i < c.s.size() && c.s[c.i] == ',') {
-        ++c.i;
-        c.skip_ws();
-        if (c.i < c.s.size() && c.s[c.i] == ']') {  // trailing comma
-          ++c.i;
-          break;
-        }
-        continue;
-      }
-      if (c.i < c.s.size() && c.s[c.i] == ']') {
-        ++c.i;
-        break;
-      }
-      c.fail("expected ',' or ']' in an array (arrays are one line)");
-    }
-    for (const auto& it : v.items)
-      if (it.index() != v.items.front().index()) c.fail("an array mixes value types");
-    return v;
   }
-  v.items.push_back(parse_scalar(c));
-  return v;
+  return out;
 }
 
 const char* type_name(const Config::Scalar& s) {
@@ -165,62 +67,199 @@ const char* type_name(const Config::Scalar& s) {
   }
 }
 
+// "a string 'x'", "a float 1.5": the type and the value, for type-mismatch messages.
+std::string describe(const Config::Scalar& s) {
+  std::string out = type_name(s);
+  out += ' ';
+  if (const auto* p = std::get_if<std::string>(&s)) return out + "'" + quote_for_message(*p) + "'";
+  if (const auto* i = std::get_if<std::int64_t>(&s)) return out + std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&s)) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, *d);  // shortest text that reads back
+    return out + std::string(buf, r.ptr);
+  }
+  return out + (std::get<bool>(s) ? "true" : "false");
+}
+
+// Line `n` (1-based) of `text`, without its line break.
+std::string_view line_of(std::string_view text, std::size_t n) {
+  std::size_t b = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    const std::size_t nl = text.find('\n', b);
+    if (nl == std::string_view::npos) return {};
+    b = nl + 1;
+  }
+  std::size_t e = text.find('\n', b);
+  if (e == std::string_view::npos) e = text.size();
+  if (e > b && text[e - 1] == '\r') --e;
+  return text.substr(b, e - b);
+}
+
+// What a toml++ error description means for someone editing a config, where its own words
+// ("expected a comment or whitespace") leave the reader to work it out.
+std::string hint_for(std::string_view context, std::string_view detail) {
+  auto has = [](std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; };
+  if (has(detail, "cannot redefine")) return "a key or table appears twice";
+  if (has(detail, "not representable in 64 bits")) return "integer out of range";
+  if (has(detail, "underscores")) return "misplaced '_' in a number";
+  if (has(detail, "escape sequence")) return "unsupported escape in a string";
+  if (has(detail, "could not determine value type")) return "not a value (strings need quotes)";
+  if (has(detail, "expected '='")) return "expected 'key = value'";
+  if (has(detail, "invalid utf-8") || has(context, "invalid utf-8")) return "the file is not valid UTF-8";
+  if (has(detail, "control characters")) return "a control character";
+  if (context == "string" && has(detail, "end-of-file")) return "unterminated string";
+  if (context == "floating-point") return has(detail, "could not be interpreted") ? "number out of range" : "not a number";
+  if (context == "key-value pair") {
+    if (has(detail, "expected a comment or whitespace")) return "text after the value";
+    if (has(detail, "expected value") || has(detail, "end-of-file")) return "missing value";
+  }
+  if (context == "table header" && has(detail, "expected a comment or whitespace")) return "text after a section header";
+  return "";
+}
+
+// toml++'s error as one line: "FILE:LINE:COL: HINT: DETAIL (parsing CONTEXT) in 'LINE TEXT'".
+std::string parse_error_message(const toml::parse_error& e, std::string_view text, const std::string& source) {
+  const std::string_view desc = e.description();
+  constexpr std::string_view lead = "Error while parsing ";
+  std::string_view context, detail = desc;
+  if (desc.substr(0, lead.size()) == lead) {
+    const std::size_t colon = desc.find(": ", lead.size());
+    if (colon != std::string_view::npos) {
+      context = desc.substr(lead.size(), colon - lead.size());
+      detail = desc.substr(colon + 2);
+    }
+  }
+  const auto& at = e.source().begin;
+  std::string msg = printable(source) + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": ";
+  const std::string hint = hint_for(context, detail);
+  if (!hint.empty()) msg += hint + ": ";
+  msg += printable(detail);
+  if (!context.empty()) msg += " (parsing " + printable(context) + ")";
+  msg += " in '" + quote_for_message(line_of(text, at.line)) + "'";
+  return msg;
+}
+
+bool bare_key(std::string_view k) {
+  if (k.empty()) return false;
+  for (const char c : k)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+// Flattens a parsed document into "a.b.c" keys, collecting what the getters cannot represent.
+// The earliest problem by line is reported, as a reader scanning the file would meet it.
+struct Flattener {
+  std::map<std::string, Config::Value>& out;
+  int bad_line = std::numeric_limits<int>::max();
+  std::string bad_what{};
+
+  void problem(int line, const std::string& what) {
+    if (line < bad_line) {
+      bad_line = line;
+      bad_what = what;
+    }
+  }
+
+  void table(const toml::table& t, const std::string& prefix) {
+    for (const auto& [k, node] : t) {
+      const int line = static_cast<int>(k.source().begin.line);
+      if (!bare_key(k.str())) {
+        // A quoted key such as "a.b" would flatten into the same name as a.b.
+        problem(line, "key '" + quote_for_message(k.str()) + "' is not a bare key (letters, digits, '_' and '-')");
+        continue;
+      }
+      const std::string key = prefix + std::string(k.str());
+      if (const toml::table* sub = node.as_table()) {
+        table(*sub, key + ".");
+        continue;
+      }
+      Config::Value v;
+      v.line = line;
+      if (const toml::array* arr = node.as_array()) {
+        v.is_array = true;
+        for (const toml::node& item : *arr) {
+          if (item.is_table()) {
+            problem(line, "'" + key + "': arrays of tables are not supported: use [" + key + "] sections with other names");
+            break;
+          }
+          if (item.is_array()) {
+            problem(line, "'" + key + "': nested arrays are not supported");
+            break;
+          }
+          std::string why;
+          v.items.push_back(scalar(item, why));
+          if (!why.empty()) {
+            problem(line, "'" + key + "': " + why);
+            break;
+          }
+          if (v.items.back().index() != v.items.front().index()) {
+            problem(line, "'" + key + "': an array mixes value types (" + type_name(v.items.front()) + " and " +
+                              type_name(v.items.back()) + ")");
+            break;
+          }
+        }
+      } else {
+        std::string why;
+        v.items.push_back(scalar(node, why));
+        if (!why.empty()) problem(line, "'" + key + "': " + why);
+      }
+      out[key] = std::move(v);  // unique: toml++ refuses a key defined twice
+    }
+  }
+
+  static Config::Scalar scalar(const toml::node& n, std::string& why) {
+    if (const auto* s = n.as_string()) return s->get();
+    if (const auto* i = n.as_integer()) return static_cast<std::int64_t>(i->get());
+    if (const auto* b = n.as_boolean()) return b->get();
+    if (const auto* d = n.as_floating_point()) {
+      if (!std::isfinite(d->get())) why = "inf and nan are not accepted (a config never needs them)";
+      return d->get();
+    }
+    why = "dates and times are not supported (a config never needs them)";
+    return false;
+  }
+};
+
 }  // namespace
 
 Config Config::parse(const std::string& text, const std::string& source_name) {
+  if (text.size() > kMaxConfigBytes)
+    throw ConfigError(printable(source_name) + ": " + std::to_string(text.size()) + " bytes, more than the " +
+                      std::to_string(kMaxConfigBytes >> 20) + " MiB a config file may have");
   Config cfg;
   cfg.text_ = text;
   cfg.source_ = source_name;
-  std::istringstream in(text);
-  std::string raw, section;
-  std::set<std::string> sections;
-  int line = 0;
-  while (std::getline(in, raw)) {
-    ++line;
-    Cursor c{raw, 0, line, source_name};
-    if (c.at_end_or_comment()) continue;
-    if (raw[c.i] == '[') {
-      const auto close = raw.find(']', c.i);
-      if (close == std::string::npos) c.fail("unterminated section header");
-      if (raw.compare(c.i, 2, "[[") == 0) c.fail("arrays of tables are not supported");
-      section = trim(raw.substr(c.i + 1, close - c.i - 1));
-      std::string part;
-      std::istringstream parts(section);
-      while (std::getline(parts, part, '.'))
-        if (!bare_key(trim(part))) c.fail("bad section name '" + section + "'");
-      if (!sections.insert(section).second) c.fail("section [" + section + "] appears twice");
-      c.i = close + 1;
-      if (!c.at_end_or_comment()) c.fail("text after a section header");
-      continue;
-    }
-    const auto eq = raw.find('=', c.i);
-    if (eq == std::string::npos) c.fail("expected 'key = value'");
-    const std::string key = trim(raw.substr(c.i, eq - c.i));
-    if (key.find('.') != std::string::npos) c.fail("dotted keys are not supported: use a [section]");
-    if (!bare_key(key)) c.fail("bad key '" + key + "' (letters, digits, '_' and '-')");
-    const std::string full = section.empty() ? key : section + "." + key;
-    c.i = eq + 1;
-    Value v = parse_value(c);
-    if (!c.at_end_or_comment()) c.fail("text after the value of '" + key + "'");
-    if (cfg.values_.count(full)) c.fail("key '" + full + "' appears twice");
-    cfg.values_[full] = std::move(v);
-  }
+  // toml++ refuses invalid UTF-8, NUL and the other control characters TOML forbids.
+  toml::parse_result doc = toml::parse(std::string_view(text), std::string_view(source_name));
+  if (!doc) throw ConfigError(parse_error_message(doc.error(), text, source_name));
+  Flattener f{cfg.values_};
+  f.table(doc.table(), "");
+  if (!f.bad_what.empty()) throw ConfigError(printable(source_name) + ":" + std::to_string(f.bad_line) + ": " + f.bad_what);
   return cfg;
 }
 
 Config Config::load(const std::string& path) {
   // An ifstream opens a directory and reads nothing: it would parse as an empty config and
   // fail later with a misleading "missing key".
-  if (std::filesystem::is_directory(path)) throw ConfigError("config file '" + path + "' is a directory");
+  if (std::filesystem::is_directory(path))
+    throw ConfigError("config file '" + printable(path) + "' is a directory");
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw ConfigError("cannot read config file '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), path);
+  if (!f) throw ConfigError("cannot read config file '" + printable(path) + "'");
+  // One byte past the cap tells "too large" from "exactly the cap", and bounds what an
+  // endless source (/dev/zero, a pipe) can make us read.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (f.bad()) throw ConfigError("cannot read config file '" + printable(path) + "'");
+  text.resize(static_cast<std::size_t>(f.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw ConfigError("config file '" + printable(path) + "' is larger than the " + std::to_string(kMaxConfigBytes >> 20) +
+                      " MiB a config file may have (is it a config?)");
+  return parse(text, path);
 }
 
 std::string Config::where(const std::string& key) const {
-  std::string out = source_;
+  std::string out = printable(source_);
   const auto it = values_.find(key);
   if (it != values_.end()) {
     out += ':';
@@ -275,7 +314,7 @@ const Config::Value& Config::at(const std::string& key) {
     for (const auto& [k, v] : values_)
       if (!known_.count(k)) unread.push_back(k);
     const std::string near = nearest_key(key, unread);
-    std::string msg = source_ + ": missing key '" + key + "'";
+    std::string msg = printable(source_) + ": missing key '" + key + "'";
     if (!near.empty())
       msg += " (did you mean '" + near + "' at line " + std::to_string(values_.at(near).line) + "?)";
     throw ConfigError(msg);
@@ -290,7 +329,7 @@ template <class T>
 const T& scalar_as(const Config::Value& v, const std::string& where, const char* want) {
   if (v.is_array || v.items.size() != 1) throw ConfigError(where + " must be " + want + ", not an array");
   if (const T* p = std::get_if<T>(&v.items.front())) return *p;
-  throw ConfigError(where + " must be " + want + ", got " + type_name(v.items.front()));
+  throw ConfigError(where + " must be " + want + ", got " + describe(v.items.front()));
 }
 }  // namespace
 
@@ -327,7 +366,7 @@ std::vector<std::string> Config::get_strings(const std::string& key, const std::
   std::vector<std::string> out;
   for (const Scalar& s : v.items) {
     const auto* p = std::get_if<std::string>(&s);
-    if (!p) throw ConfigError(where(key) + " must be a string or an array of strings, got " + type_name(s));
+    if (!p) throw ConfigError(where(key) + " must be a string or an array of strings, got " + describe(s));
     out.push_back(*p);
   }
   return out;
@@ -340,7 +379,7 @@ std::vector<std::int64_t> Config::get_ints(const std::string& key, const std::ve
   std::vector<std::int64_t> out;
   for (const Scalar& s : v.items) {
     const auto* p = std::get_if<std::int64_t>(&s);
-    if (!p) throw ConfigError(where(key) + " must be an integer or an array of integers, got " + type_name(s));
+    if (!p) throw ConfigError(where(key) + " must be an integer or an array of integers, got " + describe(s));
     out.push_back(*p);
   }
   return out;
@@ -352,13 +391,14 @@ void Config::finish() const {
     std::string list;
     for (const std::string& k : known_) list += (list.empty() ? "" : ", ") + k;
     const std::string near = nearest_key(key, known_);
-    throw ConfigError(source_ + ":" + std::to_string(v.line) + ": unknown config key '" + key + "'" +
+    throw ConfigError(printable(source_) + ":" + std::to_string(v.line) + ": unknown config key '" + key + "'" +
                       (near.empty() ? "" : " (did you mean '" + near + "'?)") + " (known keys: " + list + ")");
   }
 }
 
 void Config::require(bool ok, const std::string& key, const std::string& what) const {
-  if (!ok) throw ConfigError(where(key) + ": " + what);
+  // Callers may put a value in `what`: the message stays one line whatever it holds.
+  if (!ok) throw ConfigError(where(key) + ": " + printable(what));
 }
 
 }  // namespace fp4d

@@ -1,23 +1,32 @@
-// Experiment configuration files: a strict subset of TOML (https://toml.io/en/v1.0.0), so
+// Experiment configuration files: TOML 1.0 (https://toml.io/en/v1.0.0), read with toml++, so
 // that Python reads the same files with tomllib and the trace can carry the text verbatim.
+// A hand-written subset parser used to accept text that is not TOML (`[]`, `.5`, `007`,
+// control characters in comments), which made traces whose stored config tomllib refused;
+// a conforming parser closes that gap for good.
 //
-// Accepted: `# comments`, `[section]` and `[section.sub]` headers, `key = value` with bare
-// keys (A-Z a-z 0-9 _ -), values: "basic strings" (escapes \" \\ \n \t), integers
-// (decimal, optional sign and _ separators), floats (decimal with . or exponent; inf/nan are
-// refused: a config never needs them), true/false, and one-line arrays of those [1, 2, 3].
-// Anything else (inline tables, multi-line strings, dates, dotted keys, duplicate keys or
-// sections) is an error naming the line.
+// All of TOML is accepted except what a config never needs and the getters cannot
+// represent: dates and times, inf and nan, arrays that mix value types, nested arrays and
+// arrays of tables are refused with the line. Tables flatten to dotted keys: `[a.b]` with
+// `c = 1`, `a.b.c = 1` and `a = {b = {c = 1}}` all give the key "a.b.c", so keys must be bare
+// (A-Z a-z 0-9 _ -; a quoted key outside that set would be ambiguous once flattened).
+// Files over kMaxConfigBytes are refused, and load() reads no more than that, so a device
+// or a pipe given as the config fails at once instead of being read without end.
 //
 // Strictness is the point: every key a program reads is taken with one of the get_* calls,
 // and finish() throws for every key that nobody read ("unknown config key 'sum.nn' at line
 // 7 (known keys: ...)"), so a typo never silently falls back to a default.
+//
+// Every message is one line: values, source lines and parser descriptions are quoted with
+// quote_for_message (non-printable bytes as \xNN, long text cut with "...").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -27,6 +36,14 @@ namespace fp4d {
 struct ConfigError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
+
+// The largest config (or sweep) file accepted. Real configs are a few kB; the cap bounds what
+// a mistaken path (/dev/zero, a multi-GB file) can cost, and what a trace stores.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
+
+// `s` for an error message: bytes outside printable ASCII as \xNN (and \ as \\, ' as \'),
+// at most about max_chars characters, then "...". The result never holds a newline.
+std::string quote_for_message(std::string_view s, std::size_t max_chars = 60);
 
 class Config {
  public:
@@ -38,7 +55,7 @@ class Config {
   };
 
   static Config parse(const std::string& text, const std::string& source_name = "config");
-  static Config load(const std::string& path);  // ConfigError if unreadable
+  static Config load(const std::string& path);  // ConfigError if unreadable or over kMaxConfigBytes
 
   const std::string& text() const { return text_; }
   const std::string& source() const { return source_; }
