@@ -185,3 +185,46 @@ TEST_CASE("sweep: every shipped sweep file in data/sweeps expands and validates"
   }
   CHECK(files >= 3);
 }
+
+TEST_CASE("sweep: config text in full TOML - multi-line arrays, literal strings, dotted keys", "[sweep]") {
+  const std::string t =
+      "a = 'x # y'  # c\nlr = [\n  1,  # one\n  2,\n]  # tail\n[ grid . \"sum\" ]\nb.c = \"\"\"p\n[q]\nr = 1\"\"\"\nz = 1\n";
+  REQUIRE_NOTHROW(Config::parse(t));
+  const std::vector<sw::TomlLine> lines = sw::scan_toml(t);
+  REQUIRE(lines.size() == 5);
+  CHECK(sw::value_text(t, lines[0]) == "'x # y'");
+  CHECK(lines[1].full_key == "lr");
+  CHECK(sw::value_text(t, lines[1]) == "[\n  1,  # one\n  2,\n]");
+  CHECK(t.substr(lines[1].end, 9) == "\n[ grid .");  // the statement ends with its last line
+  CHECK(sw::split_array(sw::value_text(t, lines[1])) == std::vector<std::string>{"1", "2"});
+  CHECK(lines[2].kind == sw::TomlLine::Section);
+  CHECK(lines[2].section == "grid.sum");
+  CHECK(lines[2].line == 6);
+  CHECK(lines[3].full_key == "grid.sum.b.c");  // the "[q]" inside the string is no header
+  CHECK(lines[3].section == "grid.sum.b");
+  CHECK(lines[3].key == "c");
+  CHECK(lines[4].full_key == "grid.sum.z");
+  CHECK(lines[4].line == 10);
+
+  // A grid over several lines, with dotted keys and literal strings; 'fp16' and "fp16" are one value.
+  const sw::Sweep s = expand("base = \"b\"\n[grid]\nsum.seed = [\n  1,  # first\n  2,\n]\nsum.format = ['fp16', \"bf16\"]\n");
+  REQUIRE(s.runs.size() == 4);
+  CHECK(s.runs[0].label == "sum.seed=1 sum.format='fp16'");
+  CHECK(Config::parse(s.runs[3].config_text).get_string("sum.format") == "bf16");
+  CHECK(contains(config_error_of([] { expand("base = \"b\"\ngrid.sum.format = ['fp16', \"fp16\"]\n"); }),
+                 "are the same run"));
+  // A multi-line value in the base is replaced whole, comments inside it included.
+  CHECK(sw::apply_overrides("[s]\nv = [\n 1, # one\n 2,\n]  # old\nw = 1\n", {{"s.v", "[3]"}}) ==
+        "[s]\nv = [3]   # set by the sweep\nw = 1\n");
+}
+
+TEST_CASE("sweep: what cannot be edited line by line is refused, not mangled", "[sweep]") {
+  std::string e = config_error_of([] { sw::apply_overrides("m = {a = 1}\n", {{"m.a", "2"}}); });
+  CHECK(contains(e, "line 1: 'm' is an inline table"));
+  CHECK(contains(e, "[m] section"));
+  e = config_error_of([] { expand("base = \"b\"\n[list.a]\nsum = {n = 8}\n"); });
+  CHECK(contains(e, "'list.a.sum' is an inline table"));
+  // Records stay TOML whatever an error message holds: control bytes and invalid UTF-8.
+  const std::string odd = "a\x01\x7f\xff \xc3\xa9\n\"";
+  CHECK(Config::parse("v = " + sw::toml_quote(odd)).get_string("v") == "a\x01\x7f\xef\xbf\xbd \xc3\xa9\n\"");
+}
