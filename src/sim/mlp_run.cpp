@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -21,8 +22,10 @@
 #include "sim/batch_prefetch.hpp"
 #include "sim/parallel_runs.hpp"
 #include "trace/h5.hpp"
+#include "trace/row_journal.hpp"
 #include "trace/tensor_io.hpp"
 #include "util/checked_size.hpp"
+#include "util/digest.hpp"
 
 namespace fp4d {
 
@@ -324,14 +327,26 @@ class StagedRows {
     auto& v = buffer<T>()[&ds];
     v.insert(v.end(), row.begin(), row.end());
   }
-  void commit() {
-    for (auto& [ds, v] : d_)
-      if (!v.empty()) ds->append(v), v.clear();
-    for (auto& [ds, v] : i_)
-      if (!v.empty()) ds->append(v), v.clear();
+  // Appends the staged rows to the trace and to the journal (when there is one).
+  void commit(RowJournal* journal) {
+    const auto put = [&](auto& buffers) {
+      for (auto& [ds, v] : buffers) {
+        if (v.empty()) continue;
+        ds->append(v);
+        if (journal) journal->append(ds->path(), v);
+        digests_.try_emplace(ds->path()).first->second.add(v);
+        v.clear();
+      }
+    };
+    put(d_);
+    put(i_);
   }
+  // The running digest of every row committed so far, per dataset path: a checkpoint stores
+  // them, and a resume must find the same rows in the trace or refuse it.
+  std::map<std::string, Fnv1a64>& digests() { return digests_; }
 
  private:
+  std::map<std::string, Fnv1a64> digests_;
   template <class T>
   std::map<h5::Appendable<T>*, std::vector<T>>& buffer() {
     if constexpr (std::is_same_v<T, double>) return d_;
@@ -354,53 +369,237 @@ struct Trace {
   h5::Appendable<double> check_weight, check_loss;  // with check_precision: [C, L], [C]
 };
 
+// Every appendable of the trace with the count its rows follow: true = records (one row per
+// recorded step), false = compares (one row per weight comparison).
+template <class F>
+void for_each_dataset(Trace& t, F f) {
+  f(t.step, true);
+  f(t.ref_loss, true);
+  f(t.compare_step, false);
+  for (Trace::Run& r : t.runs) {
+    for (auto* a : {&r.loss, &r.gap, &r.lost, &r.nmse, &r.clipped, &r.underflow, &r.zero_scales}) f(*a, true);
+    for (auto* a : {&r.weight_error, &r.grad_cosine, &r.grad_error, &r.grad_bias}) f(*a, false);
+  }
+  if (t.check_weight.valid()) {
+    f(t.check_weight, false);
+    f(t.check_loss, false);
+  }
+}
+
 std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; }
 
 // float and double as themselves; a wider reference scalar as limbs<T>() doubles per value
 // ([n, K], exact: sim/mlp_precision.hpp).
+// The digest, when given, runs over the values exactly as stored.
 template <class T>
-void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<T>>& v, bool create) {
+void write_state(h5::Group g, const std::string& prefix, const std::vector<std::vector<T>>& v, Fnv1a64* digest) {
+  const h5::WriteOptions replace{false, true};
   for (std::size_t l = 0; l < v.size(); ++l) {
     const std::string name = prefix + "_" + std::to_string(l);
     if constexpr (std::is_floating_point_v<T>) {
-      if (create) g.write(name, v[l], h5::Dims{v[l].size()}, h5::WriteOptions{false, false});
-      else g.open_dataset(name).rewrite(v[l]);
+      g.write(name, v[l], h5::Dims{v[l].size()}, replace);
+      if (digest) digest->add(v[l]);
     } else {
       const std::vector<double> d = to_limbs(v[l], "checkpoint " + name);
-      if (create) g.write(name, d, h5::Dims{v[l].size(), static_cast<std::uint64_t>(limbs<T>())}, h5::WriteOptions{false, false});
-      else g.open_dataset(name).rewrite(d);
+      g.write(name, d, h5::Dims{v[l].size(), static_cast<std::uint64_t>(limbs<T>())}, replace);
+      if (digest) digest->add(d);
     }
   }
 }
 template <class T>
-std::vector<T> read_state(h5::Group g, const std::string& name) {
-  if constexpr (std::is_floating_point_v<T>) return g.read<T>(name);
-  else return from_limbs<T>(g.read<double>(name), "checkpoint " + name);
-}
-template <class T>
-void write_mlp_state(h5::Group g, const std::string& prefix, const MlpState<T>& s, bool create) {
-  write_state(g, prefix + "_w", s.w, create);
-  write_state(g, prefix + "_m1", s.m1, create);
-  if (!s.m2.empty()) write_state(g, prefix + "_m2", s.m2, create);
-}
-template <class T>
-void read_mlp_state(h5::Group g, const std::string& prefix, MlpState<T>& s) {
-  for (std::size_t l = 0; l < s.w.size(); ++l) {
-    s.w[l] = read_state<T>(g, prefix + "_w_" + std::to_string(l));
-    s.m1[l] = read_state<T>(g, prefix + "_m1_" + std::to_string(l));
-    if (!s.m2.empty()) s.m2[l] = read_state<T>(g, prefix + "_m2_" + std::to_string(l));
+std::vector<T> read_state(h5::Group g, const std::string& name, Fnv1a64* digest) {
+  if constexpr (std::is_floating_point_v<T>) {
+    std::vector<T> v = g.read<T>(name);
+    if (digest) digest->add(v);
+    return v;
+  } else {
+    const std::vector<double> d = g.read<double>(name);
+    if (digest) digest->add(d);
+    return from_limbs<T>(d, "checkpoint " + name);
   }
 }
+template <class T>
+void write_mlp_state(h5::Group g, const std::string& prefix, const MlpState<T>& s, Fnv1a64* digest = nullptr) {
+  write_state(g, prefix + "_w", s.w, digest);
+  write_state(g, prefix + "_m1", s.m1, digest);
+  if (!s.m2.empty()) write_state(g, prefix + "_m2", s.m2, digest);
+}
+template <class T>
+void read_mlp_state(h5::Group g, const std::string& prefix, MlpState<T>& s, Fnv1a64* digest) {
+  const auto read = [&](const std::string& name, std::vector<T>& into) {
+    std::vector<T> v = read_state<T>(g, name, digest);
+    if (v.size() != into.size())
+      throw std::invalid_argument(name + " holds " + std::to_string(v.size()) + " values, the model needs " +
+                                  std::to_string(into.size()));
+    into = std::move(v);
+  };
+  // In write_mlp_state's order, which the digest follows.
+  for (std::size_t l = 0; l < s.w.size(); ++l) read(prefix + "_w_" + std::to_string(l), s.w[l]);
+  for (std::size_t l = 0; l < s.m1.size(); ++l) read(prefix + "_m1_" + std::to_string(l), s.m1[l]);
+  for (std::size_t l = 0; l < s.m2.size(); ++l) read(prefix + "_m2_" + std::to_string(l), s.m2[l]);
+}
 
-Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
+// ---- the checkpoint ---------------------------------------------------------------------
+// A checkpoint lives in a file of its own beside the trace, OUT.ckpt, replaced whole at every
+// flush: written as OUT.ckpt.partial, fsynced, renamed over the old one (atomic on POSIX), the
+// directory fsynced. A process killed at any instant therefore leaves the previous checkpoint
+// or the new one, never a mix. (HDF5 1.10 rewrites a file in place, so a checkpoint kept
+// inside the trace could be torn by a kill during a flush and still read as valid.)
+// The rows are synced - in the trace and in its journal OUT.rows (trace/row_journal.hpp) -
+// before the checkpoint that counts them is written, and the checkpoint carries what a resume
+// must find again: the run id, the config's digest, the step, the row counts, a digest of
+// every dataset's rows up to them, the journal's length and digest, and a digest of its own
+// states. A resume whose trace does not hold those rows rebuilds it from the journal.
+
+// Raised when a trace cannot be proven consistent with its checkpoint: nothing is changed.
+struct ResumeRefused : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+std::string checkpoint_path(const std::string& trace) { return trace + ".ckpt"; }
+std::string journal_path(const std::string& trace) { return trace + ".rows"; }
+
+struct CheckpointMark {
+  std::string run_id;
+  std::uint64_t config_digest = 0;
+  std::int64_t step = 0;
+  std::uint64_t records = 0, compares = 0;
+  std::map<std::string, std::uint64_t> digests;  // dataset path -> digest of its rows
+  std::uint64_t journal_length = 0, journal_digest = 0;
+};
+
+std::uint64_t text_digest(const std::string& text) {
+  Fnv1a64 d;
+  d.add(text.data(), text.size());
+  return d.value();
+}
+
+void sync_directory_of(const std::string& path) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  h5::File::sync_directory(dir.empty() ? "." : dir.string());
+}
+
+template <class Ref>
+void write_checkpoint(const std::string& trace_path, const CheckpointMark& m, const MlpState<Ref>& ref,
+                      const std::vector<MlpState<float>>& runs) {
+  h5::AtomicOutput out(checkpoint_path(trace_path));
+  h5::File f = h5::File::create(out.temp_path());
+  h5::Group g = f.root();
+  Fnv1a64 states;
+  write_mlp_state(g, "reference", ref, &states);
+  for (std::size_t r = 0; r < runs.size(); ++r) write_mlp_state(g, "run_" + std::to_string(r), runs[r], &states);
+  g.set_attr("schema", std::string("fp4drift.checkpoint"));
+  g.set_attr("run_id", m.run_id);
+  g.set_attr("config_digest", m.config_digest);
+  g.set_attr("journal_length", m.journal_length);
+  g.set_attr("journal_digest", m.journal_digest);
+  g.set_attr("step", m.step);
+  g.set_attr("records", m.records);
+  g.set_attr("compares", m.compares);
+  std::string names;
+  std::vector<std::int64_t> values;
+  for (const auto& [name, d] : m.digests) {
+    names += (names.empty() ? "" : ",") + name;
+    values.push_back(static_cast<std::int64_t>(d));
+  }
+  g.set_attr("record_datasets", names);
+  if (!values.empty()) g.set_attr("record_digests", values);
+  g.set_attr("state_digest", states.value());
+  out.commit(f);
+}
+
+// Reads the checkpoint into ref and runs (their shapes given by the model), or refuses.
+template <class Ref>
+CheckpointMark read_checkpoint(const std::string& trace_path, const std::string& config_text, MlpState<Ref>& ref,
+                               std::vector<MlpState<float>>& runs) {
+  const std::string p = checkpoint_path(trace_path);
+  if (!std::filesystem::exists(p)) throw ResumeRefused("its checkpoint " + p + " is missing");
+  CheckpointMark m;
+  try {
+    h5::File f = h5::File::open_read(p);
+    h5::Group g = f.root();
+    if (g.get_attr_string("schema") != "fp4drift.checkpoint") throw ResumeRefused(p + " is not an fp4drift checkpoint");
+    m.config_digest = g.get_attr_uint64("config_digest");
+    if (m.config_digest != text_digest(config_text))
+      throw std::invalid_argument("--resume: the config differs from the one " + trace_path +
+                                  " was started with (resuming would not continue the same run)");
+    m.run_id = g.get_attr_string("run_id");
+    m.journal_length = g.get_attr_uint64("journal_length");
+    m.journal_digest = g.get_attr_uint64("journal_digest");
+    Fnv1a64 states;
+    read_mlp_state(g, "reference", ref, &states);
+    for (std::size_t r = 0; r < runs.size(); ++r) read_mlp_state(g, "run_" + std::to_string(r), runs[r], &states);
+    if (states.value() != g.get_attr_uint64("state_digest")) throw ResumeRefused("the states in " + p + " fail their checksum");
+    m.step = g.get_attr_int64("step");
+    m.records = g.get_attr_uint64("records");
+    m.compares = g.get_attr_uint64("compares");
+    const std::string names = g.get_attr_string("record_datasets");
+    const std::vector<std::int64_t> values = g.has_attr("record_digests") ? g.get_attr_int64_vector("record_digests") : std::vector<std::int64_t>{};
+    std::size_t i = 0;
+    for (std::size_t b = 0; b < names.size(); ++i) {
+      const std::size_t e = std::min(names.find(',', b), names.size());
+      if (i >= values.size()) throw ResumeRefused(p + " lists more datasets than digests");
+      m.digests[names.substr(b, e - b)] = static_cast<std::uint64_t>(values[i]);
+      b = e + 1;
+    }
+    if (i != values.size()) throw ResumeRefused(p + " lists fewer datasets than digests");
+  } catch (const std::invalid_argument&) {  // ResumeRefused, or the config
+    throw;
+  } catch (const std::exception& e) {  // unreadable, a missing dataset or attribute, a wrong shape
+    throw ResumeRefused("its checkpoint cannot be read (" + std::string(e.what()) + ")");
+  }
+  return m;
+}
+
+// Checks that every dataset of the trace holds at least the checkpoint's rows and that they
+// are the rows the checkpoint's digests were taken of; then drops the rows after them (a run
+// stopped after its checkpoint recorded further steps). Refuses, changing nothing, otherwise.
+void verify_and_truncate(Trace& t, const CheckpointMark& m, std::map<std::string, Fnv1a64>& digests) {
+  try {
+    for_each_dataset(t, [&](auto& ds, bool by_records) {
+      using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+      const std::uint64_t want = by_records ? m.records : m.compares;
+      if (want == 0) return;
+      const std::uint64_t have = ds.rows();
+      if (have < want)
+        throw ResumeRefused(ds.path() + " has " + std::to_string(have) + " rows, its checkpoint counts " + std::to_string(want));
+      const auto it = m.digests.find(ds.path());
+      if (it == m.digests.end()) throw ResumeRefused("the checkpoint has no digest of " + ds.path());
+      std::vector<T> rows = ds.template read<T>();
+      rows.resize(want * ds.row_elements());
+      Fnv1a64 d;
+      d.add(rows);
+      if (d.value() != it->second)
+        throw ResumeRefused("the rows of " + ds.path() + " are not those its checkpoint recorded");
+    });
+  } catch (const ResumeRefused&) {
+    throw;
+  } catch (const std::exception& e) {  // a chunk that fails its Fletcher32 checksum or to inflate
+    throw ResumeRefused("the trace cannot be read back (" + std::string(e.what()) + ")");
+  }
+  for (const auto& [name, d] : m.digests) digests.emplace(name, Fnv1a64(d));
+  for_each_dataset(t, [&](auto& ds, bool by_records) { ds.truncate(by_records ? m.records : m.compares); });
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+// Creates the trace's datasets, empty, in `path` (the caller's OUT.partial).
+Trace create_trace(const MlpRunSpec& spec, const MlpRunControl& ctl, const std::string& path, const std::string& run_id) {
   const auto parent = std::filesystem::path(ctl.path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent))
     throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
-  Trace t{h5::File::create(ctl.path), {}, {}, {}, {}, {}, {}};
+  Trace t{h5::File::create(path), {}, {}, {}, {}, {}, {}};
   h5::Group root = t.file.root();
   write_provenance(root, "fp4drift.run", 1, ctl.command_line);
   root.set_attr("backend", ctl.backend);
   root.set_attr("status", std::string("running"));
+  root.set_attr("run_id", run_id);
   root.set_attr("workload", std::string("mlp"));
   root.set_attr("config", ctl.config_text);
   root.set_attr("config_source", ctl.config_source);
@@ -456,6 +655,9 @@ Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     throw std::invalid_argument("--resume: the config differs from the one " + ctl.path +
                                 " was started with (resuming would not continue the same run)");
   if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + ctl.path + " is complete");
+  if (!root.has_attr("run_id"))
+    throw std::invalid_argument("--resume: " + ctl.path + " has no run id (it was written by an fp4drift whose "
+                                "checkpoints could not be verified): start it again");
   t.step = root.open_appendable<std::int64_t>("mlp/step");
   t.compare_step = root.open_appendable<std::int64_t>("mlp/compare_step");
   t.ref_loss = root.open_appendable<double>("mlp/reference/loss");
@@ -477,6 +679,39 @@ Trace open_trace(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     t.check_loss = root.open_appendable<double>("mlp/reference/check_loss_rel_error");
   }
   return t;
+}
+
+// Makes the trace anew from its journal, for a resume that found the trace on disk unable to
+// show the rows its checkpoint counts: the datasets get the journal's rows up to the
+// checkpoint, the root its attributes anew (with rebuilt_at_step).
+void rebuild_trace(const MlpRunSpec& spec, const MlpRunControl& ctl, const CheckpointMark& m, const RowJournal& journal) {
+  const std::string partial = ctl.path + ".partial";
+  {
+    Trace t = create_trace(spec, ctl, partial, m.run_id);
+    using Put = std::function<void(const std::vector<double>*, const std::vector<std::int64_t>*)>;
+    std::map<std::string, Put> by_path;
+    for_each_dataset(t, [&](auto& ds, bool) {
+      by_path[ds.path()] = [&ds](const std::vector<double>* d, const std::vector<std::int64_t>* i) {
+        using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+        if constexpr (std::is_same_v<T, double>) {
+          if (!d) throw ResumeRefused("its journal holds integers for " + ds.path());
+          ds.append(*d);
+        } else {
+          if (!i) throw ResumeRefused("its journal holds floats for " + ds.path());
+          ds.append(*i);
+        }
+      };
+    });
+    journal.replay(m.journal_length, [&](const std::string& name, const std::vector<double>* d, const std::vector<std::int64_t>* i) {
+      const auto it = by_path.find(name);
+      if (it == by_path.end()) throw ResumeRefused("its journal names a dataset the trace does not have: " + name);
+      it->second(d, i);
+    });
+    t.file.root().set_attr("rebuilt_at_step", m.step);
+    t.file.sync();
+  }
+  std::filesystem::rename(partial, ctl.path);
+  sync_directory_of(ctl.path);
 }
 
 // Least-squares slope of log(err) against log(step) over the compared steps with err > 0.
@@ -503,44 +738,83 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   // States at the start (fresh or from the checkpoint).
   std::vector<MlpState<float>> lp(R, init_state<float>(model));  // the runs' starting states
   MlpState<Ref> ref = init_state<Ref>(model);
-  std::int64_t start = 0;
-  Trace trace = ctl.resume ? open_trace(spec, ctl) : create_trace(spec, ctl);
+  // A new trace is made as OUT.partial with its journal and step-0 checkpoint, and only then
+  // named OUT: a process killed while creating it leaves no OUT, and the next run starts over.
+  if (!ctl.resume) {
+    CheckpointMark m;
+    m.run_id = new_run_id();
+    m.config_digest = text_digest(ctl.config_text);
+    const std::string partial = ctl.path + ".partial";
+    {
+      Trace fresh = create_trace(spec, ctl, partial, m.run_id);
+      fresh.file.sync();
+    }
+    const RowJournal j = RowJournal::create(journal_path(ctl.path), m.run_id);
+    m.journal_length = j.length();
+    m.journal_digest = j.digest();
+    write_checkpoint(ctl.path, m, ref, lp);
+    std::filesystem::rename(partial, ctl.path);
+    sync_directory_of(ctl.path);
+  }
+  // Fresh or resumed, the run starts from its checkpoint. The trace must hold the rows the
+  // checkpoint counts; where it does not (a kill or a full disk tore it mid-flush), it is
+  // rebuilt from the journal; where the journal cannot vouch for them either, the resume is
+  // refused and nothing is changed.
+  if (ctl.resume) {  // a complete trace has no checkpoint left: say what it is
+    bool complete = false;
+    try {
+      complete = h5::File::open_read(ctl.path).root().get_attr_string("status") == "complete";
+    } catch (const h5::Error&) {  // unreadable: the checks below say why
+    }
+    if (complete) throw std::invalid_argument("--resume: " + ctl.path + " is complete");
+  }
+  const CheckpointMark mark = read_checkpoint(ctl.path, ctl.config_text, ref, lp);
+  std::optional<RowJournal> journal;
+  try {
+    journal.emplace(RowJournal::reopen(journal_path(ctl.path), mark.run_id, mark.journal_length, mark.journal_digest));
+  } catch (const h5::DiskFull&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw ResumeRefused(e.what());
+  }
+  StagedRows staged;
+  std::optional<Trace> opened;
+  std::string damage;
+  try {
+    opened.emplace(open_trace(spec, ctl));
+    if (opened->file.root().get_attr_string("run_id") != mark.run_id)
+      throw std::invalid_argument("--resume: " + checkpoint_path(ctl.path) + " belongs to another run than " + ctl.path);
+    verify_and_truncate(*opened, mark, staged.digests());
+  } catch (const ResumeRefused& e) {
+    damage = e.what();
+  } catch (const h5::Error& e) {
+    damage = e.what();
+  }
+  if (!damage.empty()) {
+    opened.reset();
+    rebuild_trace(spec, ctl, mark, *journal);
+    if (ctl.note) ctl.note("the trace was damaged (" + damage + "); rebuilt it from its journal up to step " + std::to_string(mark.step));
+    opened.emplace(open_trace(spec, ctl));
+    verify_and_truncate(*opened, mark, staged.digests());
+  }
+  Trace& trace = *opened;
   h5::Group root = trace.file.root();
+  const std::int64_t start = mark.step;
+  if (start < 0 || start > spec.steps)
+    throw ResumeRefused("its checkpoint is at step " + std::to_string(start) + ", outside the run's " +
+                        std::to_string(spec.steps) + " steps");
+  ref.step = start;
+  for (auto& s : lp) s.step = start;
+  // The states the trace keeps at the end (mlp/checkpoint): the last checkpoint's.
+  std::optional<std::pair<MlpState<Ref>, std::vector<MlpState<float>>>> final_states;
+  if (start == spec.steps) final_states.emplace(ref, lp);
+  std::int64_t durable_step = start;  // the step of the checkpoint on disk
   try {
     if (ctl.resume) {
-      h5::Group ck = root.open_group("mlp/checkpoint");
-      start = ck.get_attr_int64("step");
-      read_mlp_state(ck, "reference", ref);
-      for (std::size_t r = 0; r < R; ++r) read_mlp_state(ck, "run_" + std::to_string(r), lp[r]);
-      ref.step = start;
-      for (auto& s : lp) s.step = start;
-      const auto records = static_cast<std::uint64_t>(ck.get_attr_int64("records"));
-      const auto compares = static_cast<std::uint64_t>(ck.get_attr_int64("compares"));
-      trace.step.truncate(records);
-      trace.ref_loss.truncate(records);
-      trace.compare_step.truncate(compares);
-      for (Trace::Run& t : trace.runs) {
-        for (auto* a : {&t.loss, &t.gap, &t.lost, &t.nmse, &t.clipped, &t.underflow, &t.zero_scales}) a->truncate(records);
-        t.weight_error.truncate(compares);
-        t.grad_cosine.truncate(compares);
-        t.grad_error.truncate(compares);
-        t.grad_bias.truncate(compares);
-      }
-      if (spec.check_precision) {
-        trace.check_weight.truncate(compares);
-        trace.check_loss.truncate(compares);
-      }
       root.set_attr("status", std::string("running"));
       root.set_attr("resumed_at_step", start);
-    } else {
-      h5::Group ck = root.require_group("mlp/checkpoint");
-      ck.set_attr("step", std::int64_t{0});
-      ck.set_attr("records", std::int64_t{0});
-      ck.set_attr("compares", std::int64_t{0});
-      write_mlp_state(ck, "reference", ref, true);
-      for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), lp[r], true);
     }
-    trace.file.flush();
+    trace.file.sync();
 
     // The reference trains in its own thread.
     ReferenceFeed<Ref> feed;
@@ -653,7 +927,6 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     std::deque<Record> pending;
     std::uint64_t records = trace.step.rows(), compares = trace.compare_step.rows();
     std::vector<std::int64_t> compared_steps = trace.compare_step.rows() ? trace.compare_step.read<std::int64_t>() : std::vector<std::int64_t>{};
-    StagedRows staged;
     // Stages the records the reference has caught up with (written at the next checkpoint);
     // with wait, blocks until `upto`.
     const auto drain = [&](bool wait, std::int64_t upto) {
@@ -725,14 +998,20 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
           ++compares;
         }
         if (rec.checkpoint) {
-          staged.commit();
-          h5::Group ck = root.open_group("mlp/checkpoint");
-          write_mlp_state(ck, "reference", *ref_ck, false);
-          for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), (*rec.checkpoint)[r], false);
-          ck.set_attr("step", rec.step + 1);
-          ck.set_attr("records", static_cast<std::int64_t>(records));
-          ck.set_attr("compares", static_cast<std::int64_t>(compares));
-          trace.file.flush();
+          // Rows first, durable; then the checkpoint that counts them.
+          staged.commit(&*journal);
+          journal->sync();
+          trace.file.sync();
+          CheckpointMark m = mark;
+          m.step = rec.step + 1;
+          m.records = records;
+          m.compares = compares;
+          for (const auto& [name, d] : staged.digests()) m.digests[name] = d.value();
+          m.journal_length = journal->length();
+          m.journal_digest = journal->digest();
+          write_checkpoint(ctl.path, m, *ref_ck, *rec.checkpoint);
+          durable_step = m.step;
+          if (m.step == spec.steps) final_states.emplace(std::move(*ref_ck), std::move(*rec.checkpoint));
         }
         if (ctl.progress) ctl.progress(rec.step + 1, spec.steps);
         pending.pop_front();
@@ -743,9 +1022,10 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     for (std::int64_t s = start; s < spec.steps; ++s) {
       if (ctl.stop && ctl.stop->load()) {
         drain(false, s);
-        staged.commit();  // every record up to the stop (a resume drops those after the checkpoint)
+        staged.commit(&*journal);  // every record up to the stop (a resume drops those after the checkpoint)
+        journal->sync();
         root.set_attr("status", std::string("interrupted"));
-        trace.file.flush();
+        trace.file.sync();
         return MlpRunOutcome::Interrupted;
       }
       Record rec;
@@ -792,7 +1072,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       drain(pending.size() > static_cast<std::size_t>(spec.queue), s - spec.queue);
     }
     drain(true, spec.steps);
-    staged.commit();
+    staged.commit(&*journal);
     // Divergence: the first recorded step whose loss is not finite (-1: none).
     const std::vector<std::int64_t> steps = trace.step.read<std::int64_t>();
     const auto first_nonfinite = [&](const std::vector<double>& loss) {
@@ -811,9 +1091,30 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     }
     root.open_group("mlp/reference")
         .set_attr("first_nonfinite_step", spec.reference_enabled ? first_nonfinite(trace.ref_loss.read<double>()) : std::int64_t{-1});
+    // The final states stay in the trace; its checkpoint file is not needed any more.
+    if (!final_states) throw std::logic_error("mlp run: no checkpoint at the last step");
+    h5::Group ck = root.require_group("mlp/checkpoint");
+    write_mlp_state(ck, "reference", final_states->first);
+    for (std::size_t r = 0; r < R; ++r) write_mlp_state(ck, "run_" + std::to_string(r), final_states->second[r]);
+    ck.set_attr("step", spec.steps);
+    ck.set_attr("records", static_cast<std::int64_t>(records));
+    ck.set_attr("compares", static_cast<std::int64_t>(compares));
     root.set_attr("status", std::string("complete"));
-    trace.file.flush();
+    trace.file.sync();
+    trace.file.close();
+    journal.reset();
+    std::filesystem::remove(checkpoint_path(ctl.path));
+    std::filesystem::remove(journal_path(ctl.path));
+    sync_directory_of(ctl.path);
     return MlpRunOutcome::Complete;
+  } catch (const h5::DiskFull& e) {
+    try {
+      root.set_attr("status", std::string("failed"));
+      trace.file.flush();
+    } catch (...) {
+    }
+    throw h5::DiskFull(std::string(e.what()) + "; " + ctl.path + " keeps every step up to its checkpoint at step " +
+                       std::to_string(durable_step) + ": free some space and continue with --resume");
   } catch (...) {
     try {
       root.set_attr("status", std::string("failed"));

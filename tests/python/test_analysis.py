@@ -161,9 +161,10 @@ def test_mlp_interrupted_by_sigint_resumes_bit_exactly(tmp_path: Path) -> None:
     err = p.stderr.read()
     assert p.wait() == 130, err
     assert "continue with --resume" in err
-    with h5py.File(cut, "r") as f:  # a valid file, marked, holding every step up to its checkpoint
+    # A valid file, marked, holding every step up to its checkpoint (kept beside it, OUT.ckpt).
+    with h5py.File(cut, "r") as f, h5py.File(str(cut) + ".ckpt", "r") as c:
         assert f.attrs["status"] == "interrupted"
-        ck = int(f["mlp/checkpoint"].attrs["step"])
+        ck = int(c.attrs["step"])
         assert 0 < ck < 1200 and f["mlp/step"].shape[0] >= ck
     from fp4drift_analysis import SchemaError, load_run
 
@@ -196,16 +197,17 @@ def test_mlp_killed_outright_resumes_bit_exactly(tmp_path: Path) -> None:
         assert line.startswith("progress:"), line
     p.send_signal(signal.SIGKILL)
     p.wait()
-    with h5py.File(cut, "r") as f:
+    with h5py.File(cut, "r") as f, h5py.File(str(cut) + ".ckpt", "r") as c:
         assert f.attrs["status"] == "running"
-        ck = int(f["mlp/checkpoint"].attrs["step"])
-        assert 0 < ck < 1200 and f["mlp/step"].shape[0] == int(f["mlp/checkpoint"].attrs["records"])
-        f["mlp/runs/nvfp4/operand_nmse"][()]  # every chunk inflates
+        ck = int(c.attrs["step"])
+        assert 0 < ck < 1200 and f["mlp/step"].shape[0] == int(c.attrs["records"])
+        f["mlp/runs/nvfp4/operand_nmse"][()]  # every chunk inflates and passes its checksum
     subprocess.run([EXE, "run", str(cfg), "--steps", "1200", "--out", str(cut), "--resume"], check=True,
                    capture_output=True)
     with h5py.File(whole, "r") as a, h5py.File(cut, "r") as b:
         assert b.attrs["status"] == "complete" and int(b.attrs["resumed_at_step"]) == ck
         names = sorted(_walk(a))
+        assert not Path(str(cut) + ".ckpt").exists() and not Path(str(cut) + ".rows").exists()
         differ = [n for n in names if not np.array_equal(a[n][()], b[n][()], equal_nan=True)]
         assert differ == [], differ
 
