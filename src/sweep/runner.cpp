@@ -97,8 +97,7 @@ void Executor::launch(int run, bool fresh) {
   const RunPaths p(opt_.outdir, r.id);
   const bool resume = !fresh && plan_run(p) == Action::Resume;
   if (!resume) {
-    fs::remove(p.trace);
-    fs::remove(p.trace + ".partial");
+    for (const char* suffix : {"", ".partial", ".ckpt", ".rows"}) fs::remove(p.trace + suffix);
   }
   int slot = 0;
   while (slot_busy_[slot]) ++slot;

@@ -34,10 +34,12 @@ std::string trace_status(const std::string& trace) {
 Action plan_run(const RunPaths& p) {
   const std::string st = trace_status(p.trace);
   if (st == "complete") return Action::Skip;
-  // Only a clean stop is resumed. "running" means the writer died without flushing (SIGKILL,
-  // a lost node): HDF5 files are not crash-consistent, and resuming such traces was seen to
-  // fail ("inflate() failed" on a half-written chunk) - so the run starts again.
-  if (st == "interrupted") return Action::Resume;
+  // A run with a checkpoint is resumed however it stopped (a clean stop, a kill, a lost node,
+  // a full disk): the resume verifies the trace against the checkpoint and rebuilds it from
+  // its journal where a crash tore it, or refuses - and a refused resume starts again from
+  // step 0 (Executor::poll). Runs without one (sum/dot, or killed while being created) start
+  // again.
+  if (st != "" && std::filesystem::exists(p.trace + ".ckpt")) return Action::Resume;
   return Action::Fresh;
 }
 

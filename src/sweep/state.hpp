@@ -2,14 +2,14 @@
 // run's trace, its log, and result.toml - the sweep's record of the attempts (status, exit
 // code, wall time, error). Restart semantics (docs/sweeps.md):
 //   trace complete                 -> skipped (its record kept; recreated if missing)
-//   trace interrupted (clean stop) -> resumed (`fp4drift run --resume`: mlp runs continue
-//                                     bit-exactly from their last checkpoint); if the resume
-//                                     fails, the run starts again from scratch at once
-//   trace running (writer killed)  -> run from the start: a file whose writer died mid-write
-//                                     is not trusted
-//   trace failed, absent, .partial -> run from the start (a failure is recorded, and rerun on
-//                                     the next sweep: deterministic failures fail again
-//                                     quickly, transient ones - a lost node, OOM - get another try)
+//   trace with a checkpoint        -> resumed (`fp4drift run --resume`: mlp runs continue
+//   (interrupted, killed, failed)     bit-exactly from their last checkpoint, the trace
+//                                     verified against it and rebuilt from its journal where a
+//                                     crash tore it); if the resume is refused, the run starts
+//                                     again from scratch at once
+//   no checkpoint, absent, .partial-> run from the start (sum/dot runs, runs killed while
+//                                     being created; a failure is recorded, and rerun on the
+//                                     next sweep)
 #pragma once
 
 #include <cmath>
