@@ -1,0 +1,85 @@
+"""Shared pieces of the fault tests: running fp4drift under the fault-injection library
+(tests/support/fault_inject.c) and comparing traces bit for bit."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+EXE = os.environ.get("FP4DRIFT_EXE", "fp4drift")
+FAULT_LIB = os.environ.get("FP4D_FAULT_LIB", "")
+
+# A small mlp run with three checkpoints (25, 50, 60) and compares every 10 steps: every
+# kind of write a long run makes, in about 230 file-system events.
+TINY_MLP = """workload = "mlp"
+
+[mlp]
+widths = [32, 32, 16]
+activation = "relu"
+batch = 16
+seed = 1
+teacher_width = 32
+optimizer = "sgd"
+lr = 0.02
+momentum = 0.9
+steps = 60
+
+[recipes]
+names = ["nvfp4", "bf16"]
+
+[reference]
+compare_every = 10
+
+[trace]
+every = 1
+flush_every = 25
+"""
+
+# Attributes that say when, where and how often a run was made, not what it computed.
+VOLATILE_ATTRS = {"created", "rebuilt_at_step", "start_time", "end_time", "host", "command_line", "resumed_at_step", "run_id", "status",
+                  "git_commit", "git_dirty", "fp4drift_version", "config_source", "pid"}
+
+
+def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full.setdefault("OMP_NUM_THREADS", "1")
+    if env:
+        full.update(env)
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full, timeout=timeout)
+
+
+def faulty(env: dict[str, str]) -> dict[str, str]:
+    return {"LD_PRELOAD": FAULT_LIB, **env}
+
+
+def trace_items(path: Path) -> dict[str, object]:
+    """Every dataset (bytes, dtype, shape) and every non-volatile attribute of a trace."""
+    out: dict[str, object] = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            for k, v in obj.attrs.items():
+                if k not in VOLATILE_ATTRS:
+                    out[f"{name}@{k}"] = v.tobytes() if isinstance(v, np.ndarray) else v
+            if isinstance(obj, h5py.Dataset):
+                a = obj[()]
+                out[name] = (str(a.dtype), a.shape, np.asarray(a).tobytes())
+        for k, v in f.attrs.items():
+            if k not in VOLATILE_ATTRS:
+                out[f"/@{k}"] = v
+        f.visititems(visit)
+    return out
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    x, y = trace_items(a), trace_items(b)
+    keys = sorted(set(x) | set(y))
+    return [k for k in keys if k not in x or k not in y or not _equal(x[k], y[k])]
+
+
+def _equal(u, v) -> bool:
+    if isinstance(u, np.generic) or isinstance(v, np.generic):
+        return np.asarray(u).tobytes() == np.asarray(v).tobytes()
+    return u == v

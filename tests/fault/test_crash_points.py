@@ -1,0 +1,110 @@
+"""Crash consistency of `fp4drift run` traces, by exhaustion over the file-system events of one
+short run (tests/support/fault_inject.c numbers them): a process killed just before any one
+of them, or meeting a full disk from any one of them on, must leave a trace that a later
+command resumes to exactly the bits of an uninterrupted run - never a different trace.
+
+What these runs cover (docs/reliability.md): the creation of a trace, its journal and its
+step-0 checkpoint; three flushes (rows into the trace and the journal, both synced, then the
+checkpoint file written, synced and renamed); the end (final states, status, removal of the
+checkpoint and journal)."""
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import fault_common as fc
+
+pytestmark = pytest.mark.skipif(not fc.FAULT_LIB, reason="FP4D_FAULT_LIB (the fault-injection library) is not set")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The config, an uninterrupted reference trace, and the number of events of one run."""
+    d = tmp_path_factory.mktemp("tiny")
+    cfg = d / "tiny.toml"
+    cfg.write_text(fc.TINY_MLP)
+    ref = d / "ref.h5"
+    count = d / "count"
+    r = fc.run(["run", str(cfg), "--out", str(ref), "--json"], fc.faulty({"FP4D_FAULT_COUNT_FILE": str(count)}))
+    assert r.returncode == 0, r.stderr
+    n = int(count.read_text())
+    # Creation, three flushes and the end: far more than a handful of events (a library that
+    # intercepted nothing would count 0 and the sweeps below would prove nothing).
+    assert n > 100, n
+    assert not list(d.glob("ref.h5.*")), "a complete run leaves no checkpoint, journal or partial file"
+    return cfg, ref, n
+
+
+def _files(t: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(t.parent.glob(t.name + "*"))}
+
+
+def _continue(cfg: Path, t: Path) -> tuple[str, fc.subprocess.CompletedProcess]:
+    """What a user does next: --resume where the trace exists, a plain run where it does not."""
+    if t.exists():
+        return "resume", fc.run(["run", str(cfg), "--out", str(t), "--json", "--resume"])
+    return "fresh", fc.run(["run", str(cfg), "--out", str(t), "--json"])
+
+
+def _outcome(cfg: Path, ref: Path, t: Path) -> str:
+    before = _files(t)
+    how, r = _continue(cfg, t)
+    if r.returncode == 2 and "is complete" in r.stderr:
+        how = "complete"  # killed after the trace was marked complete: nothing left to do
+    elif r.returncode != 0:
+        lines = r.stderr.strip().splitlines()
+        # A refusal is allowed by the contract only when it is clean: one line, exit 2, and
+        # the files exactly as the failed run left them.
+        clean = r.returncode == 2 and len(lines) == 1 and _files(t) == before
+        return f"{how}: {'clean' if clean else 'UNCLEAN'} refusal (exit {r.returncode}): {lines[-1] if lines else ''}"
+    diff = fc.differences(ref, t)
+    return f"{how}: DIFFERENT TRACE {diff[:4]}" if diff else f"{how}: bit-exact"
+
+
+def _sweep(tiny, tmp_path: Path, env_of, check_first) -> dict[int, str]:
+    cfg, ref, n = tiny
+
+    def one(k: int) -> str:
+        d = tmp_path / str(k)
+        d.mkdir()
+        t = d / "t.h5"
+        first = fc.run(["run", str(cfg), "--out", str(t), "--json"], fc.faulty(env_of(k)))
+        problem = check_first(k, first)
+        return problem or _outcome(cfg, ref, t)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(range(1, n + 1), pool.map(one, range(1, n + 1))))
+
+
+def _assert_all_resumed(outcomes: dict[int, str]) -> None:
+    bad = {k: v for k, v in outcomes.items() if not v.endswith("bit-exact") and not v.startswith("complete")}
+    assert not bad, f"{len(bad)} of {len(outcomes)} crash points did not continue bit-exactly: " + \
+        "; ".join(f"event {k}: {v}" for k, v in list(bad.items())[:6])
+
+
+def test_sigkill_before_every_write_then_resume_is_bit_exact(tiny, tmp_path):
+    def killed(k, r):
+        return None if r.returncode == -9 else f"event {k}: the run was not killed (exit {r.returncode})"
+
+    outcomes = _sweep(tiny, tmp_path, lambda k: {"FP4D_FAULT_KILL_AT": str(k)}, killed)
+    _assert_all_resumed(outcomes)
+    # Every phase was hit: kills during creation (no trace yet: a plain run starts over) and
+    # kills during the run (the trace resumes).
+    kinds = {v.split(":")[0] for v in outcomes.values()}
+    assert {"fresh", "resume"} <= kinds, kinds
+
+
+def test_disk_full_from_every_write_then_resume_is_bit_exact(tiny, tmp_path):
+    def full_disk(k, r):
+        lines = r.stderr.strip().splitlines()
+        if r.returncode == 0:
+            return None  # the space ran out only after the last write that needed it
+        if r.returncode != 1 or len(lines) != 1 or "no space left on device" not in lines[0]:
+            return f"event {k}: a full disk gave exit {r.returncode} and {len(lines)} stderr lines: {lines[-3:]}"
+        return None
+
+    outcomes = _sweep(tiny, tmp_path, lambda k: {"FP4D_FAULT_ENOSPC_AT": str(k)}, full_disk)
+    _assert_all_resumed(outcomes)
