@@ -389,8 +389,9 @@ def test_mpirun_killed_sweep_resumes_without_duplicating_work(tmp_path: Path) ->
 
 
 def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
-    # An interrupted trace whose checkpoint is gone: the resume fails, and the sweep starts the
-    # run from step 0 at once instead of recording a failure that every rerun would repeat.
+    # An interrupted trace whose checkpoint is damaged: the resume is refused, and the sweep
+    # starts the run from step 0 at once instead of recording a failure that every rerun would
+    # repeat.
     s = make_sweep(tmp_path, 20, [1], lrs=(0.02,))
     out = tmp_path / "out"
     assert sweep(s, out).returncode == 0
@@ -399,7 +400,7 @@ def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
     want = datasets(trace)
     with h5py.File(trace, "r+") as f:
         f.attrs["status"] = "interrupted"
-        del f["mlp/checkpoint"]
+    Path(str(trace) + ".ckpt").write_bytes(b"not a checkpoint")
     p = sweep(s, out)
     assert p.returncode == 0, p.stderr
     idx = load_sweep(str(out / "sweep.h5"))
