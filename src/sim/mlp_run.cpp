@@ -581,6 +581,11 @@ void verify_and_truncate(Trace& t, const CheckpointMark& m, std::map<std::string
   for_each_dataset(t, [&](auto& ds, bool by_records) { ds.truncate(by_records ? m.records : m.compares); });
 }
 
+void remove_run_files(const std::string& trace, std::initializer_list<const char*> suffixes) {
+  std::error_code ec;
+  for (const char* s : suffixes) std::filesystem::remove(trace + s, ec);
+}
+
 std::string new_run_id() {
   std::random_device rd;
   const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -745,16 +750,21 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     m.run_id = new_run_id();
     m.config_digest = text_digest(ctl.config_text);
     const std::string partial = ctl.path + ".partial";
-    {
-      Trace fresh = create_trace(spec, ctl, partial, m.run_id);
-      fresh.file.sync();
+    try {
+      {
+        Trace fresh = create_trace(spec, ctl, partial, m.run_id);
+        fresh.file.sync();
+      }
+      const RowJournal j = RowJournal::create(journal_path(ctl.path), m.run_id);
+      m.journal_length = j.length();
+      m.journal_digest = j.digest();
+      write_checkpoint(ctl.path, m, ref, lp);
+      std::filesystem::rename(partial, ctl.path);
+      sync_directory_of(ctl.path);
+    } catch (...) {  // a failed creation leaves nothing behind
+      remove_run_files(ctl.path, {".partial", ".ckpt", ".rows"});
+      throw;
     }
-    const RowJournal j = RowJournal::create(journal_path(ctl.path), m.run_id);
-    m.journal_length = j.length();
-    m.journal_digest = j.digest();
-    write_checkpoint(ctl.path, m, ref, lp);
-    std::filesystem::rename(partial, ctl.path);
-    sync_directory_of(ctl.path);
   }
   // Fresh or resumed, the run starts from its checkpoint. The trace must hold the rows the
   // checkpoint counts; where it does not (a kill or a full disk tore it mid-flush), it is
@@ -809,6 +819,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
   std::optional<std::pair<MlpState<Ref>, std::vector<MlpState<float>>>> final_states;
   if (start == spec.steps) final_states.emplace(ref, lp);
   std::int64_t durable_step = start;  // the step of the checkpoint on disk
+  bool stepped = false;               // a fresh run that fails before its first step made nothing worth keeping
   try {
     if (ctl.resume) {
       root.set_attr("status", std::string("running"));
@@ -1028,6 +1039,7 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
         trace.file.sync();
         return MlpRunOutcome::Interrupted;
       }
+      stepped = true;
       Record rec;
       rec.step = s;
       const bool recorded = is_record(s);
@@ -1116,6 +1128,14 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl) {
     throw h5::DiskFull(std::string(e.what()) + "; " + ctl.path + " keeps every step up to its checkpoint at step " +
                        std::to_string(durable_step) + ": free some space and continue with --resume");
   } catch (...) {
+    if (!ctl.resume && !stepped) {  // set-up failed (a trainer, a GEMM workspace): as if never created
+      try {
+        trace.file.close();
+      } catch (...) {
+      }
+      remove_run_files(ctl.path, {"", ".ckpt", ".rows"});
+      throw;
+    }
     try {
       root.set_attr("status", std::string("failed"));
       trace.file.flush();
