@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 
@@ -31,7 +32,11 @@ void write_strings(h5::Group g, const std::string& name, const std::vector<std::
   H5Pclose(lcpl);
   H5Sclose(space);
   H5Tclose(type);
-  if (st < 0) throw h5::Error("cannot write the string dataset '" + name + "' in '" + g.file_path() + "'");
+  if (st < 0) {
+    const std::string what = "cannot write the string dataset '" + name + "' in '" + g.file_path() + "'";
+    if (errno == ENOSPC) throw h5::DiskFull(what + ": no space left on device");
+    throw h5::Error(what);
+  }
 }
 
 void external_link(h5::Group g, const std::string& name, const std::string& file) {

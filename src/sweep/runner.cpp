@@ -212,6 +212,16 @@ std::vector<std::pair<int, RunRecord>> Executor::poll() {
   return done;
 }
 
+Executor::~Executor() {
+  if (children_.empty()) return;
+  stop_all();
+  for (const Child& c : children_) {
+    int st = 0;
+    while (waitpid(c.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
 void Executor::stop_all() {
   stopping_ = true;
   for (const Child& c : children_) kill(c.pid, SIGTERM);
@@ -234,10 +244,8 @@ std::vector<int> Coordinator::plan() {
         throw ConfigError(p.config + " differs from the config this sweep gives run " + r.id +
                           " (the base config or the sweep file changed since that run): use another output directory, "
                           "or delete " + p.dir + " to rerun it");
-    } else {
-      std::ofstream f(p.config, std::ios::binary);
-      f << r.config_text;
-      if (!f.flush()) throw std::runtime_error("cannot write " + p.config);
+    } else {  // whole or not at all: a torn config.toml would read as "the config changed"
+      write_file_atomically(p.config, r.config_text);
     }
     RunRecord rec = read_record(p.record);
     if (plan_run(p) == Action::Skip) {

@@ -36,6 +36,12 @@ struct ExecOptions {
 class Executor {
  public:
   Executor(const Sweep& s, ExecOptions o);
+  // A sweep that ends by an error (a full disk, an unwritable index) stops its runs as a
+  // Ctrl-C would and waits for them, rather than leaving orphans that hold the directory's
+  // lock; their traces keep their checkpoints, and the next sweep resumes them.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
   int running() const { return static_cast<int>(children_.size()); }
   bool has_free_slot() const { return running() < opt_.slots; }
   // Resumes or starts from scratch (plan_run; `fresh` forces scratch), never a complete run.

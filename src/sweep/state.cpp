@@ -1,6 +1,11 @@
 #include "sweep/state.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -76,15 +81,37 @@ RunRecord read_record(const std::string& path) {
   }
 }
 
-void write_record(const std::string& path, const RunRecord& r) {
+void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << record_text(r);
-    if (!f.flush()) throw std::runtime_error("cannot write " + tmp);
+  const auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    if (err == ENOSPC) throw h5::DiskFull("cannot " + what + " " + tmp + ": no space left on device");
+    throw std::runtime_error("cannot " + what + " " + tmp + ": " + std::strerror(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", errno);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("write", err);
+    }
+    done += static_cast<std::size_t>(w);
   }
-  fs::rename(tmp, path);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("sync", err);
+  }
+  ::close(fd);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fail("rename", ec.value());
 }
+
+void write_record(const std::string& path, const RunRecord& r) { write_file_atomically(path, record_text(r)); }
 
 RunMetrics read_metrics(const std::string& trace) {
   RunMetrics m;

@@ -42,6 +42,9 @@ Action plan_run(const RunPaths& p);
 
 RunRecord read_record(const std::string& path);  // a pending record if absent or unreadable
 void write_record(const std::string& path, const RunRecord& r);  // atomic (temp + rename)
+// Writes path.tmp, fsyncs it and renames it to path: a crash leaves the old file or the new
+// one, never a truncated one. A full disk throws h5::DiskFull.
+void write_file_atomically(const std::string& path, const std::string& text);
 std::string record_text(const RunRecord& r);
 RunRecord parse_record(const std::string& text, const std::string& source);
 
