@@ -276,7 +276,15 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
   std::vector<GemmResult> results;
   bool exact_file_written = false;
   const auto started = std::chrono::steady_clock::now();
+  std::string current;  // the recipe whose exact products are running
+  if (long_run)
+    opt.exact_progress = [&current, &names, &results](const char* which, std::int64_t done, std::int64_t rows) {
+      std::fprintf(stderr, "fp4drift gemm: recipe %s (%zu of %zu): exact product of the %s, %.0f%% of %lld rows\n",
+                   current.c_str(), results.size() + 1, names.size(), which,
+                   100.0 * static_cast<double>(done) / static_cast<double>(rows), static_cast<long long>(rows));
+    };
   for (const std::string& nm : names) {
+    current = nm;
     GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
     if (long_run)
       std::fprintf(stderr, "fp4drift gemm: recipe %s done (%zu of %zu), %.1f minutes so far\n", nm.c_str(),

@@ -1,7 +1,11 @@
 #include "ref/exact_block_gemm.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -325,12 +329,20 @@ ExactGemmResult exact_block_gemm_nt(const BlockOperand& A, const BlockOperand& B
   const bool gneg = pl.g < 0;
   const std::uint64_t gabs = uabs64(pl.g);
   const std::int64_t exp0 = pl.emin + pl.gexp;
+  std::atomic<std::int64_t> rows_done{0};
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_report = Clock::now();
 #pragma omp parallel
   {
     std::vector<std::int64_t> limbs(static_cast<std::size_t>(pl.limbs));
     std::vector<std::uint32_t> dig;
+    const bool reporter = opt.progress && omp_get_thread_num() == 0;
 #pragma omp for schedule(dynamic, 4)
     for (std::int64_t i = 0; i < M; ++i) {
+      if (reporter && std::chrono::duration<double>(Clock::now() - last_report).count() >= opt.progress_every_s) {
+        last_report = Clock::now();
+        opt.progress(rows_done.load(std::memory_order_relaxed), M);
+      }
       for (std::int64_t j = 0; j < N; ++j) {
         std::fill(limbs.begin(), limbs.end(), 0);
         dot_any(a, i, b, j, pl, limbs.data());
@@ -341,6 +353,7 @@ ExactGemmResult exact_block_gemm_nt(const BlockOperand& A, const BlockOperand& B
         res.rounded[o] = round_to_double(dig.data(), dig.size(), exp0, neg);
         if (opt.keep_exact) res.exact[o] = to_exact(dig, neg, exp0);
       }
+      rows_done.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return res;

@@ -249,8 +249,14 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
   std::vector<double> ad(A.data.begin(), A.data.end()), bd(B.data.begin(), B.data.end());
   ref::ExactGemmOptions keep;
   keep.keep_exact = true;
+  const auto progress_of = [&](const char* which) {
+    ref::ExactGemmOptions o = keep;
+    if (opt.exact_progress) o.progress = [&opt, which](std::int64_t d, std::int64_t m) { opt.exact_progress(which, d, m); };
+    return o;
+  };
   const ref::ExactGemmResult exact = ref::exact_block_gemm_nt(ref::block_operand_from_doubles(ad.data(), A.rows, A.cols),
-                                                              ref::block_operand_from_doubles(bd.data(), B.rows, B.cols), keep);
+                                                              ref::block_operand_from_doubles(bd.data(), B.rows, B.cols),
+                                                              progress_of("operands"));
   r.exact = exact.rounded;
 
   const std::size_t n = static_cast<std::size_t>(r.rows * r.cols);
@@ -274,7 +280,7 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
   }
 
   // Exact product of the quantized operands, and the split in exact arithmetic.
-  const ref::ExactGemmResult exact_q = ref::exact_block_gemm_nt(exact_operand(r.qa), exact_operand(r.qb), keep);
+  const ref::ExactGemmResult exact_q = ref::exact_block_gemm_nt(exact_operand(r.qa), exact_operand(r.qb), progress_of("quantized operands"));
   r.exact_quantized = exact_q.rounded;
   std::vector<double> et(n), eq(n), ea(n);
   for (std::size_t i = 0; i < n; ++i) {

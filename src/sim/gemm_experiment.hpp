@@ -113,6 +113,9 @@ struct GemmExperimentOptions {
   int draws = 1;
   QuantizedProduct product;        // empty: the CPU emulation
   std::string product_path;        // its name for the trace (e.g. the cuBLASLt path)
+  // Progress of the exact products (ExactGemmOptions::progress), with which one of the two
+  // exact GEMMs of each recipe is running ("operands", "quantized operands").
+  std::function<void(const char* which, std::int64_t rows_done, std::int64_t rows)> exact_progress;
 };
 
 GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe, const GemmExperimentOptions& opt);
