@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +23,8 @@ import numpy as np
 
 NOTEBOOKS = Path(__file__).resolve().parent
 REPO = NOTEBOOKS.parent
-sys.path.insert(0, str(REPO / "analysis"))
 
-from fp4drift_analysis import load_quantize, load_run  # noqa: E402,F401  (re-exported)
+from fp4drift_analysis import load_quantize, load_run  # noqa: F401  (re-exported)
 
 
 def exe() -> Path:

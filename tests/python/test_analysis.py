@@ -11,9 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
-from fp4drift_analysis import SchemaError, load_quantize  # noqa: E402
-from fp4drift_analysis.plots import plot_quantize  # noqa: E402
+from fp4drift_analysis import SchemaError, load_quantize
+from fp4drift_analysis.plots import plot_quantize
 
 EXE = os.environ.get("FP4DRIFT_EXE", "")
 pytestmark = pytest.mark.skipif(
@@ -69,11 +68,15 @@ def test_plot_writes_png_and_pdf(trace: Path, tmp_path: Path) -> None:
 
 
 def test_cli_entry_point_reports_errors(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "analysis"))
-    r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-quantize", str(tmp_path / "nope.h5"),
-                        "--out", str(tmp_path / "x.png")], capture_output=True, text=True, env=env)
-    assert r.returncode == 2
-    assert "nope.h5" in r.stderr
+    # The installed package, from a directory that is not the source tree: by `python -m` and
+    # by the environment's `fp4drift-analysis` script.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = Path(sys.executable).parent / "fp4drift-analysis"
+    for cmd in ([sys.executable, "-m", "fp4drift_analysis"], [str(script)]):
+        r = subprocess.run([*cmd, "plot-quantize", str(tmp_path / "nope.h5"), "--out", str(tmp_path / "x.png")],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert "nope.h5" in r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +115,12 @@ def test_plot_run_compares_traces(run_traces, tmp_path: Path) -> None:
     out = tmp_path / "runs.png"
     r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(run_traces[0]), str(run_traces[1]),
                         "--out", str(out)], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[2] / "analysis")
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 10_000
     bad = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(tmp_path / "missing.h5"),
                           "--out", str(out)], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[2] / "analysis")
+                         cwd=tmp_path)
     assert bad.returncode == 2 and "error" in bad.stderr
 
 
@@ -224,7 +227,7 @@ def test_plot_run_of_an_mlp_trace(tmp_path: Path) -> None:
     assert r.step.tolist() == list(range(60))
     assert r.run("nvfp4").weight_rel_error.shape == (6, 3)
     res = subprocess.run([sys.executable, "-m", "fp4drift_analysis", "plot-run", str(trace), "--out", str(png)],
-                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+                         capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert png.stat().st_size > 20_000
 
@@ -332,7 +335,7 @@ def test_mlp_plot_commands(mlp_traces, tmp_path: Path, command: str, extra: list
     traces = [str(mlp_traces[0])] if command in ("plot-heatmap", "plot-stats", "plot-run") else [str(p) for p in mlp_traces]
     out = tmp_path / f"p{suffix}"
     r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", command, *traces, "--out", str(out), *extra],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+                       capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 8000
     with open(out, "rb") as f:
@@ -368,7 +371,7 @@ def test_plot_options_out_of_range_are_bad_input(mlp_traces, tmp_path: Path, com
     # curves and --window 0 (or -5) averaged the whole run instead of its last steps, with exit 0.
     out = tmp_path / "p.png"
     r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", command, str(mlp_traces[0]), "--out", str(out),
-                        *extra], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2] / "analysis")
+                        *extra], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert want in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
-from fp4drift_analysis.stats import (fit_growth, newey_west_lag, sr_bias_test, t_quantile,  # noqa: E402
+from fp4drift_analysis.stats import (fit_growth, newey_west_lag, sr_bias_test, t_quantile,
                                      t_two_sided_mass, t_two_sided_p)
 
 # Student t quantiles as printed in standard tables (3 decimals), e.g. NIST/SEMATECH

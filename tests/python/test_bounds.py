@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "analysis"))
-from fp4drift_analysis import bounds as B  # noqa: E402
+from fp4drift_analysis import bounds as B
 
 EXE = os.environ.get("FP4DRIFT_EXE", "")
 needs_exe = pytest.mark.skipif(not (EXE and os.access(EXE, os.X_OK)), reason="FP4DRIFT_EXE not set to the fp4drift binary")

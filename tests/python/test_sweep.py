@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
-from fp4drift_analysis.sweep import load_sweep  # noqa: E402
+from fp4drift_analysis.sweep import load_sweep
 
 EXE = os.environ.get("FP4DRIFT_EXE", "")
 pytestmark = pytest.mark.skipif(
