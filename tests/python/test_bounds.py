@@ -203,3 +203,54 @@ def test_non_finite_violation_says_violated(monkeypatch) -> None:
     monkeypatch.setitem(B.METRICS, "fake", (None, None, lambda tr, p: (math.nan, "fake")))
     r = B.evaluate(B.Bound("eq", "f.toml", "fake", {}, "e", 1.0, None, "", ""), {"e": None})
     assert B._fmt_margin(r) == "VIOLATED"
+
+
+HARMONIC = "data/configs/sum-bf16-harmonic.toml"
+
+
+def _bf16_rne_harmonic_first_loss(n: int = 4096) -> tuple[int, float]:
+    """Oracle independent of fp4drift: s_i = RNE_bf16(s_{i-1} + float32(1/i)). s has 8
+    significant bits below 8 and a term's lowest bit is >= 2^-36 for i <= 4096, so s + t is
+    exact in double; Python's round() of an exact double is ties-to-even."""
+    import numpy as np
+    s = 0.0
+    for i in range(1, n + 1):
+        t = float(np.float32(1.0 / i))
+        x = s + t
+        e = math.frexp(x)[1]
+        new = math.ldexp(round(math.ldexp(x, 8 - e)), e - 8)
+        if new == s:
+            return i, s
+        s = new
+    raise AssertionError("no addend lost")
+
+
+def test_bf16_harmonic_rn_stall_is_what_the_config_and_the_bound_state() -> None:
+    # The config's comment once put RN's stall "near s = 5.5 - 6" and no bound guarded it; the
+    # recursion loses its first addend at i = 65 with s = 5.0625 (i = 64 is a tie to even).
+    first, stall = _bf16_rne_harmonic_first_loss()
+    assert (first, stall) == (65, 5.0625)
+    experiments, bounds = B.load_bounds([str(ROOT / "data" / "bounds" / "sums.toml")])
+    guard = [b for b in bounds if b.metric == "sum.first_stagnation"
+             and experiments[b.experiment].config == HARMONIC]
+    assert len(guard) == 1, "a bound must guard the BF16 harmonic RN stall"
+    assert guard[0].lo == guard[0].hi == first
+    cfg = experiments[guard[0].experiment].expected_config()["sum"]
+    assert cfg["rounding"] == "rne" and cfg["format"] == "bf16" and cfg["terms"] == "harmonic"
+    comments = " ".join(ln for ln in (ROOT / HARMONIC).read_text().splitlines() if ln.startswith("#"))
+    assert f"i = {first}" in comments and f"{stall}" in comments
+
+
+@needs_exe
+def test_fp4drift_bf16_harmonic_rn_stalls_where_the_oracle_does(tmp_path: Path) -> None:
+    from fp4drift_analysis import load_run
+    first, stall = _bf16_rne_harmonic_first_loss()
+    cfg = tomllib.loads((ROOT / HARMONIC).read_text())
+    cfg["sum"].update(rounding="rne", runs=1, n=4096)
+    (tmp_path / "h.toml").write_text(B.write_config(cfg))
+    subprocess.run([EXE, "run", str(tmp_path / "h.toml"), "--out", str(tmp_path / "h.h5")], check=True,
+                   capture_output=True)
+    r = load_run(str(tmp_path / "h.h5"))
+    assert int(r.first_stagnation[0]) == first
+    assert list(r.computed[r.n >= 64, 0]) == [stall] * int((r.n >= 64).sum())
+    assert r.computed[r.n == 32, 0][0] < stall
