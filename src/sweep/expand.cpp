@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
@@ -209,13 +208,22 @@ Sweep expand_sweep(const std::string& sweep_text, const std::string& sweep_sourc
 
 namespace {
 std::string read_file(const std::string& path, const std::string& what) {
+  // Paths are quoted: a newline in a file name would otherwise split the one-line error.
+  const std::string shown = quote_for_message(path, 4096);
   // A directory opens and reads as empty text, which then fails as "missing key 'base'".
-  if (std::filesystem::is_directory(path)) throw ConfigError("cannot read " + what + " '" + path + "': it is a directory");
+  if (std::filesystem::is_directory(path)) throw ConfigError("cannot read " + what + " '" + shown + "': it is a directory");
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw ConfigError("cannot read " + what + " '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  if (!f) throw ConfigError("cannot read " + what + " '" + shown + "'");
+  // At most one byte past the config cap: /dev/zero, a pipe or a multi-GB file given as a
+  // sweep or base config is refused at once instead of being read into memory without end.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (f.bad()) throw ConfigError("cannot read " + what + " '" + shown + "'");
+  text.resize(static_cast<std::size_t>(f.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw ConfigError(what + " '" + shown + "' is larger than the " + std::to_string(kMaxConfigBytes >> 20) +
+                      " MiB a config file may have");
+  return text;
 }
 }  // namespace
 
@@ -225,7 +233,7 @@ Sweep load_sweep(const std::string& path) {
   const std::string base = cfg.get_string("base");
   std::filesystem::path bp(base);
   if (bp.is_relative()) bp = std::filesystem::path(path).parent_path() / bp;
-  return expand_sweep(text, path, read_file(bp.lexically_normal().string(), "base config (key 'base' of " + path + ")"),
+  return expand_sweep(text, path, read_file(bp.lexically_normal().string(), "base config (key 'base' of " + quote_for_message(path, 4096) + ")"),
                       bp.lexically_normal().string());
 }
 
