@@ -1,5 +1,5 @@
 // fp4drift accumulator: how many bits of the exact partial sums the GPU's tensor-core GEMMs keep
-// (issue 4, "Measuring GPU GEMM accumulation"; docs/numerics.md, "Tensor-core accumulation").
+// (docs/numerics.md, "Tensor-core accumulation").
 //  1. Probes: dot products 1 + 2^-t with the two terms in chosen K positions; the largest t
 //     that survives exactly is the number of bits an addition keeps below the running sum's
 //     leading bit (23 for a float32 accumulator with round-to-nearest).

@@ -1,7 +1,7 @@
 // CUDA benchmarks beside quantize-cuda (cmd_bench.cpp).
 // fp4drift bench gemm-cuda: the emulated NVFP4 GEMM on the GPU (amax + quantize of both
 // BF16 operands, writing the BF16 decode q*S, cuBLASLt BF16 GEMM with the global scale as alpha) against
-// the cuBLASLt BF16 GEMM of the same shape measured in the same run (the roofline of issue 4),
+// the cuBLASLt BF16 GEMM of the same shape measured in the same run (the roofline),
 // and the FP8 E4M3 tensor-core GEMM for reference. Best of --repeat, CUDA events.
 #include <cstdio>
 #include <iostream>
@@ -89,9 +89,9 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
 
 // fp4drift bench mlp-cuda: the GPU-resident training step (backend/cuda/mlp_cuda.hpp), steps/s.
 //  1. the quick default model (the [mlp] of CONFIG, data/configs/mlp-quick.toml by default) under
-//     its recipes: small, launch-bound (issue 5: >= 2000 steps/s with the reference off);
+//     its recipes: small, launch-bound;
 //  2. an MLP of width W (4 layers, W -> W) and batch B: the nvfp4 step against the bf16 step in the
-//     same run (issue 5: nvfp4 >= 60% of bf16's speed), nvfp4 on every layer and with the
+//     same run, nvfp4 on every layer and with the
 //     first/last layers in BF16.
 // The batch is made and uploaded once (data generation and transfer excluded, as a data loader
 // prefetches them); the stats of each step (loss, lost updates) come back every step, as a

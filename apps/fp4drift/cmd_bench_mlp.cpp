@@ -1,6 +1,6 @@
 // fp4drift bench mlp-ref: the double-precision reference's training step (sim/mlp.hpp, plain
 // fixed-order GEMMs, OpenMP over output rows) against this machine's double GEMM throughput
-// measured with Eigen in the same run, on the same GEMM shapes (issue 5's target: >= 50%).
+// measured with Eigen in the same run, on the same GEMM shapes.
 // FLOPs counted: 2 M N K per GEMM; per step fprop for every layer, wgrad for every layer,
 // dgrad for every layer but the first (3L - 1 GEMMs); element-wise work is not counted.
 #include <Eigen/Dense>

@@ -1,4 +1,4 @@
-// fp4drift run CONFIG: one experiment from a config file (issue 5). Workloads: `sum` and
+// fp4drift run CONFIG: one experiment from a config file. Workloads: `sum` and
 // `dot` (sim/sum_dot_run.hpp), `mlp` (sim/mlp_run.hpp). The trace (schema fp4drift.run v1,
 // docs/trace-format.md) carries the config text and the provenance.
 //  sum/dot: written as OUT.partial and renamed when complete (they take seconds); SIGINT or

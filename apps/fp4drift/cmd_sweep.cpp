@@ -1,4 +1,4 @@
-// fp4drift sweep SWEEP: many runs from one sweep file (issue 7; docs/sweeps.md). The file's
+// fp4drift sweep SWEEP: many runs from one sweep file (docs/sweeps.md). The file's
 // grid axes and list entries expand into one config per run (src/sweep/expand.hpp); the runs
 // are children of this executable, N at a time here or spread over MPI ranks under mpirun
 // (src/sweep/runner.hpp, mpi_run.hpp); OUTDIR/sweep.h5 indexes them. Rerunning the same

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Peer benchmark for issue 4: the same NVFP4 1x16 RNE quantizer (amax included) written in
+"""Peer benchmark: the same NVFP4 1x16 RNE quantizer (amax included) written in
 PyTorch and compiled with torch.compile, timed on the GPU with the byte count that
 `fp4drift bench quantize-cuda` uses (input read once, 2 B/elem for BF16 or 4 for float32,
-+ codes 0.5 + scales 1/16). --dtype bf16 (default) is issue 4's case.
++ codes 0.5 + scales 1/16). --dtype bf16 (default) is the
+case fp4drift's GPU benchmarks measure.
 
 It follows nvfp4-spec.md section 2 (TE 2.14 order) but makes no claim of bit-identity with
 fp4drift (torch's float8 cast and op fusion decide its roundings); with --compare-fp4drift

@@ -38,8 +38,8 @@ FP4D_HD Philox4x32 philox4x32_10(Philox4x32 c, std::uint32_t k0, std::uint32_t k
 #if defined(__CUDA_ARCH__)
     // The same products as the host's, written as __umulhi and the low product (IMAD.HI +
     // IMAD): from the 64-bit form ptxas made an IMAD.WIDE plus a VIADD of a zero register
-    // per high word (sm_90, CUDA 13.0), one instruction more per product. The dual SR pass
-    // ran 7% faster this way (docs/benchmarks.md, 2026-12-03).
+    // per high word (sm_90, CUDA 13.0), one instruction more per product, on the SR
+    // kernels' critical issue path (docs/performance.md).
     const std::uint32_t hi0 = __umulhi(detail::kPhiloxM0, c.v[0]), lo0 = detail::kPhiloxM0 * c.v[0];
     const std::uint32_t hi1 = __umulhi(detail::kPhiloxM1, c.v[2]), lo1 = detail::kPhiloxM1 * c.v[2];
 #else

@@ -1,4 +1,4 @@
-// Emulated low-precision GEMMs of the CPU backend (issue 3): C = A * B^T in float32 with the
+// Emulated low-precision GEMMs of the CPU backend: C = A * B^T in float32 with the
 // block-scaled semantics of nvfp4-spec.md section 2 step 7 (NVFP4), the same structure for
 // MXFP4 and FP8 scaled, and the "dequantize, then FP32 GEMM" model.
 //

@@ -1,4 +1,4 @@
-// GEMM error experiments (issue 3): the three GEMMs of a linear layer in their training
+// GEMM error experiments: the three GEMMs of a linear layer in their training
 // roles, each operand quantized as a recipe says, compared with the exact product.
 //
 // Roles (M tokens, K input features, N output features), all as C = A * B^T with A and B

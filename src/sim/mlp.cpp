@@ -312,8 +312,8 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
   // h[l]: input of layer l (M x widths[l]); a[l]: its GEMM operand (h[l] or rmsnorm(h[l]),
   // rinv[l] the norm's row factors); z[l]: the GEMM's output (M x rows_l).
   // The step's buffers outlive it (one set per thread and T): a step of a 512-wide model
-  // otherwise allocates ~15 fresh 2 MB arrays, and their page faults cost as much as a
-  // third of the GEMM time (measured with perf, docs/performance.md). Every element is
+  // otherwise allocates ~15 fresh 2 MB arrays, and their page faults cost ~10% of the
+  // step (perf; docs/performance.md). Every element is
   // written before it is read in each step, so nothing carries over between steps.
   // A nested call on the same thread (a GemmFn that itself evaluates the model) must not
   // clobber the outer call's buffers: it gets a fresh set.

@@ -1,4 +1,4 @@
-// The `mlp` workload of issue 5: a multilayer perceptron trained on synthetic data from a
+// The `mlp` workload: a multilayer perceptron trained on synthetic data from a
 // teacher network, in two precisions that see the same data from the same initialisation:
 //   - the low-precision run: float32 master weights, optimizer state and element-wise math;
 //     every GEMM goes through a GemmFn that the caller supplies (the recipe's quantization +

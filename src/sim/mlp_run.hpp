@@ -1,4 +1,4 @@
-// The `mlp` workload of `fp4drift run` (issue 5): low-precision training runs (one per recipe)
+// The `mlp` workload of `fp4drift run`: low-precision training runs (one per recipe)
 // beside a double-precision reference that sees the same data from the same initialisation,
 // with the trace written as it goes (docs/trace-format.md, "run", workload mlp).
 //

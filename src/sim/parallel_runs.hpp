@@ -3,9 +3,8 @@
 // stream; stepping them from one host thread serialises their kernel launches, host
 // synchronisations and host-side statistics, which dominate a small model's step. With one
 // thread per run they overlap. Results do not depend on it: the runs share no state.
-// Threads wait on condition variables between rounds. Polling an atomic instead (2 us against
-// 97 us per hand-off in a microbenchmark) was tried for device runs and gave no gain on the
-// H200 host: 69.7 s against 63.8 s for 100k steps (docs/benchmarks.md).
+// Threads wait on condition variables between rounds: polling an atomic instead shortens a
+// hand-off but does not shorten a device run's whole step (docs/performance.md).
 #pragma once
 
 #include <condition_variable>

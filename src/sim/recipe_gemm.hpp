@@ -1,4 +1,4 @@
-// The GEMMs of a low-precision training run under a recipe (issue 5): each call of the MLP's
+// The GEMMs of a low-precision training run under a recipe: each call of the MLP's
 // GemmFn quantizes its two operands as the recipe says (gemm_operand_spec: NVFP4 16x16
 // weights, RHT-16 on the Wgrad operands, SR on gradients, ...) and multiplies them with the
 // CPU emulation (gemm_emulated.hpp) or a backend's product (the CUDA tensor-core GEMM).

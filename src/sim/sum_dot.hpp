@@ -1,4 +1,4 @@
-// Workload 1 of issue 5: recursive sums and inner products of n terms with the running sum
+// The `sum` and `dot` workloads: recursive sums and inner products of n terms with the running sum
 // held in any FloatFormat under any rounding mode, compared at every power-of-two n with the
 // exact value (the classic RN stagnation and sqrt(n) u experiments).
 //

@@ -1,4 +1,4 @@
-// The `sum` and `dot` workloads of `fp4drift run` (issue 5): the [sum] / [dot] section of a
+// The `sum` and `dot` workloads of `fp4drift run`: the [sum] / [dot] section of a
 // config file -> SumDotOptions and terms, and the result -> the run trace's /sum_dot group
 // (docs/trace-format.md, "run").
 //

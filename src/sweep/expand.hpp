@@ -1,4 +1,4 @@
-// Sweep files and their expansion into runs (issue 7; format in docs/sweeps.md).
+// Sweep files and their expansion into runs (format in docs/sweeps.md).
 //
 //   base = "../configs/mlp-quick.toml"   # the config every run starts from (relative to this file)
 //   out = "out/sweep-lr"                 # output directory (relative to the working directory)

@@ -1,4 +1,4 @@
-// MXFP4, FP8-scaled and BF16-cast quantization on the GPU (issue 4), bit-identical to the CPU
+// MXFP4, FP8-scaled and BF16-cast quantization on the GPU, bit-identical to the CPU
 // backend's mxfp4_quantize_cpu / fp8_quantize_cpu / cast_quantize_cpu: the same FP4D_HD
 // functions (mxfp4_scale_exponent, e2m1_round with the element index as Philox counter,
 // e4m3/e5m2_rne_satfinite, bf16_rne_bits) compiled with --fmad=false. Plain C++ header.

@@ -1,4 +1,4 @@
-// Low-precision GEMMs on the GPU's tensor cores (issue 4), C = A B^T in the stored orientation
+// Low-precision GEMMs on the GPU's tensor cores, C = A B^T in the stored orientation
 // (A: M x K, B: N x K, blocks along K), for the operands the CPU quantizers produce (the GPU
 // quantizers produce the same bits). Plain C++ header: no CUDA types.
 //

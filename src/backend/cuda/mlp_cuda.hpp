@@ -1,4 +1,4 @@
-// The low-precision run of the `mlp` workload resident on the GPU (issue 5): weights, optimizer
+// The low-precision run of the `mlp` workload resident on the GPU: weights, optimizer
 // state, activations and gradients stay on the device; every GEMM quantizes its operands with
 // the CUDA backend's kernels (bit-identical to quantize_cpu for the same float32 inputs) and
 // multiplies them on the tensor cores through cuBLASLt. Plain C++ header (no CUDA types).

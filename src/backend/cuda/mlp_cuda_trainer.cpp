@@ -66,8 +66,8 @@ class CudaTrainer final : public LowPrecisionTrainer {
   }
   std::string path() const override { return "GPU-resident step, " + gpu_.launch_mode() + "; " + path_; }
   // Its own stream, cuBLASLt workspace, pinned buffers and statistics: it can step beside the
-  // other runs, and gains by it (H200, 2026-12-03, 100k steps of mlp-quick-long-gpu.toml:
-  // 75.8 s in sequence, 50.5 s side by side, identical losses; gpu.mlp checks whole traces).
+  // other runs, and prefers to, as a small model's step is dominated by per-step host work
+  // that then overlaps (docs/performance.md); gpu.mlp checks that the traces are the same.
   bool can_step_concurrently() const override { return true; }
   bool prefers_concurrent_steps() const override { return true; }
 

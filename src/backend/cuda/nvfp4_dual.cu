@@ -53,9 +53,9 @@ constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 
 static_assert(kThreads == 256, "fill_encode_tables: one thread per code of each direction's 128-entry encode-scale table");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
 // blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
-// RNE kernels fit in 48 without spilling, and with 5 blocks (62.5% occupancy) the RNE pass
-// took 0.111 ms against 0.114 ms at 4 blocks and 0.111 ms at 6 (40 registers; the RHT kernel
-// then spills a little). H200, 8192^2 BF16, 2026-12-03, docs/benchmarks.md.
+// RNE kernels fit in 48 without spilling; being bound by instruction issue they gain from the
+// extra occupancy of 5 blocks (62.5%), and 6 (40 registers) gains nothing more while the RHT
+// kernel would spill (docs/performance.md).
 template <bool AnySr>
 constexpr int kQuantizeMinBlocks = AnySr ? 4 : 5;
 
@@ -423,9 +423,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // by cp.async before anything else, so that they are in flight while the CTA computes its
   // global scales and tables and hold no registers meanwhile (a CTA quantizes only 16 KB of
   // BF16; loaded after the tables, each CTA began with the keys' latency, two divisions and
-  // two barriers before its first byte was asked for): the RNE pass 0.109 -> 0.106 ms. The SR
-  // kernels load them after the tables: by cp.async first their pass measured 0.262 -> 0.265
-  // ms (H200, 8192^2 BF16, docs/benchmarks.md).
+  // two barriers before its first byte was asked for). The SR kernels, bound by instruction
+  // issue rather than by that latency, load them after the tables: for them the early copy
+  // costs more than it hides (docs/performance.md).
   constexpr bool kTileFirst = !(RowSr || ColSr);
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
   const std::int64_t r0 = R0 + kTileRows * warp;

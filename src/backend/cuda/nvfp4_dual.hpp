@@ -1,4 +1,4 @@
-// Rowwise + columnwise NVFP4 quantization of one tensor in one pass over it (issue 4), the way a
+// Rowwise + columnwise NVFP4 quantization of one tensor in one pass over it, the way a
 // training step needs an activation or a gradient: rowwise 1x16 blocks along the rows (the
 // Fprop / Dgrad operand) and columnwise 1x16 blocks along the columns, optionally after the
 // 16-point RHT along the columns (the Wgrad operand, stored transposed). Plain C++ header.

@@ -396,8 +396,8 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
   }
   std::uint8_t q[N];
   if (R == Rounding::NearestEven && !Extras && no_nan) {
-    // (Packing the codes straight into their nibbles was tried: no faster without the BF16
-    // output and 18% slower with it, which then unpacks them again; H200, 2026-12-03.)
+    // (The codes are kept one per byte here: the BF16 output needs them one by one, and
+    // packing them straight into their nibbles would make it unpack them again.)
 #pragma unroll
     for (int j = 0; j < N; ++j) q[j] = e2m1_rne_not_nan(y[j]);
   } else {
