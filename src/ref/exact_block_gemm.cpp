@@ -1,7 +1,5 @@
 #include "ref/exact_block_gemm.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -10,6 +8,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -332,16 +331,19 @@ ExactGemmResult exact_block_gemm_nt(const BlockOperand& A, const BlockOperand& B
   std::atomic<std::int64_t> rows_done{0};
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_report = Clock::now();
+  std::mutex reporting;  // one report at a time, by whichever thread finds one due; no one waits
 #pragma omp parallel
   {
     std::vector<std::int64_t> limbs(static_cast<std::size_t>(pl.limbs));
     std::vector<std::uint32_t> dig;
-    const bool reporter = opt.progress && omp_get_thread_num() == 0;
 #pragma omp for schedule(dynamic, 4)
     for (std::int64_t i = 0; i < M; ++i) {
-      if (reporter && std::chrono::duration<double>(Clock::now() - last_report).count() >= opt.progress_every_s) {
-        last_report = Clock::now();
-        opt.progress(rows_done.load(std::memory_order_relaxed), M);
+      if (opt.progress && reporting.try_lock()) {
+        if (std::chrono::duration<double>(Clock::now() - last_report).count() >= opt.progress_every_s) {
+          last_report = Clock::now();
+          opt.progress(rows_done.load(), M);
+        }
+        reporting.unlock();
       }
       for (std::int64_t j = 0; j < N; ++j) {
         std::fill(limbs.begin(), limbs.end(), 0);

@@ -49,8 +49,9 @@ struct BlockOperand {
 struct ExactGemmOptions {
   bool keep_exact = false;              // also return every element exactly
   int max_accumulator_bits = 1 << 14;   // refuse (std::overflow_error) beyond this width
-  // Called now and then (from one thread, at most every `progress_every_s` seconds) with the
-  // rows of C done so far and M: a product of hours is then seen to move.
+  // Called now and then (never concurrently, at most every `progress_every_s` seconds, from
+  // whichever worker finds a report due) with the rows of C done so far and M: a product of
+  // hours is then seen to move.
   std::function<void(std::int64_t rows_done, std::int64_t rows)> progress;
   double progress_every_s = 10;
 };

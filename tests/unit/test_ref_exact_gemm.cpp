@@ -438,7 +438,7 @@ TEST_CASE("bench: exact block GEMM vs cpp_bin_float<256>", "[.bench][long]") {
   CHECK(exact_rate_1024 >= 50 * rate);
 }
 
-TEST_CASE("exact GEMM reports its progress in rows, from one thread, and computes the same") {
+TEST_CASE("exact GEMM reports its progress in rows, one report at a time, and computes the same") {
   const std::int64_t M = 96, N = 24, K = 64;
   std::vector<double> a(static_cast<std::size_t>(M * K)), b(static_cast<std::size_t>(N * K));
   std::mt19937_64 rng(7);
@@ -448,9 +448,9 @@ TEST_CASE("exact GEMM reports its progress in rows, from one thread, and compute
   const ExactGemmResult plain = exact_block_gemm_nt(block_operand_from_doubles(a.data(), M, K),
                                                     block_operand_from_doubles(b.data(), N, K));
   ExactGemmOptions opt;
-  opt.progress_every_s = 0;  // every row that the reporting thread takes
+  opt.progress_every_s = 0;  // a report before every row whose thread finds no report going on
   std::vector<std::pair<std::int64_t, std::int64_t>> calls;
-  opt.progress = [&](std::int64_t done, std::int64_t rows) { calls.emplace_back(done, rows); };  // one thread: no lock
+  opt.progress = [&](std::int64_t done, std::int64_t rows) { calls.emplace_back(done, rows); };  // never concurrent: no lock
   const ExactGemmResult watched = exact_block_gemm_nt(block_operand_from_doubles(a.data(), M, K),
                                                       block_operand_from_doubles(b.data(), N, K), opt);
   CHECK(watched.rounded == plain.rounded);
@@ -458,7 +458,7 @@ TEST_CASE("exact GEMM reports its progress in rows, from one thread, and compute
   for (std::size_t i = 0; i < calls.size(); ++i) {
     CHECK(calls[i].second == M);
     CHECK(calls[i].first >= 0);
-    CHECK(calls[i].first < M);  // reported before a row is taken, so never all M
+    CHECK(calls[i].first < M);  // reported before a row is computed, so never all M
     if (i > 0) CHECK(calls[i].first >= calls[i - 1].first);
   }
 }
