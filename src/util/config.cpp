@@ -9,7 +9,7 @@
 #include <limits>
 
 // toml++ is used header-only: the GPU image has no package for it, so the build there needs
-// nothing but a copy of the headers (scripts/vendor-tomlpp). Without exceptions its parse()
+// nothing but a copy of the headers (scripts/vendor-headers). Without exceptions its parse()
 // returns the error as a value, which keeps the error path plain code. The formatters
 // (TOML/JSON/YAML output) are not needed and only cost compile time.
 #define TOML_HEADER_ONLY 1
