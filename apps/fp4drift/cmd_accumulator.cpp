@@ -12,9 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
@@ -105,18 +105,20 @@ int run_accumulator(const AccumulatorArgs& a) {
   const std::vector<cuda::AccumulatorProbe> probes = cuda::probe_accumulators(a.probe_ks);
   const std::vector<SweepRow> rows = sweep(a);
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().key("probes").begin_array();
+    nlohmann::ordered_json j;
+    j["probes"] = nlohmann::ordered_json::array();
     for (const auto& p : probes)
-      j.begin_object().field("path", p.path).field("placement", p.placement).field("k", p.K).field("kept_bits", p.kept_bits)
-          .field("max_t", p.max_t).end_object();
-    j.end_array().key("sweep").begin_array();
+      j["probes"].push_back({{"path", p.path}, {"placement", p.placement}, {"k", p.K}, {"kept_bits", p.kept_bits},
+                             {"max_t", p.max_t}});
+    j["sweep"] = nlohmann::ordered_json::array();
     for (const SweepRow& r : rows)
-      j.begin_object().field("data", r.data).field("path", r.path).field("k", r.K).field("gpu_bits_min", r.gpu.min)
-          .field("gpu_bits_p01", r.gpu.p01).field("gpu_bits_median", r.gpu.median).field("gpu_rel", r.gpu_rel)
-          .field("fp32_bits_min", r.cpu_fp32.min).field("fp32_bits_p01", r.cpu_fp32.p01)
-          .field("fp32_bits_median", r.cpu_fp32.median).field("fp32_rel", r.cpu_rel).end_object();
-    j.end_array().end_object();
+      j["sweep"].push_back({{"data", r.data}, {"path", r.path}, {"k", r.K}, {"gpu_bits_min", r.gpu.min},
+                            {"gpu_bits_p01", r.gpu.p01}, {"gpu_bits_median", r.gpu.median}, {"gpu_rel", r.gpu_rel},
+                            {"fp32_bits_min", r.cpu_fp32.min}, {"fp32_bits_p01", r.cpu_fp32.p01},
+                            {"fp32_bits_median", r.cpu_fp32.median}, {"fp32_rel", r.cpu_rel}});
+    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+    // throwing after the work is done.
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift accumulator: probes 1 + 2^-t (bits kept below the running sum's leading bit; "

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "quant/fp8_scaled.hpp"
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
@@ -120,12 +120,13 @@ int run_bench_gemm_ref(const BenchArgs& a) {
     rows.push_back({"cpp_bin_float<256>", ms, 1, s, static_cast<double>(ms) * ms * ms / s});
   }
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "gemm-ref").key("results").begin_array();
+    nlohmann::ordered_json j = {{"benchmark", "gemm-ref"}, {"results", nlohmann::ordered_json::array()}};
     for (const Row& r : rows)
-      j.begin_object().field("case", r.what).field("size", r.size).field("threads", r.threads).field("seconds", r.seconds)
-          .field("mac_per_s", r.macs).field("mac_per_s_per_core", r.macs / r.threads).end_object();
-    j.end_array().end_object();
+      j["results"].push_back({{"case", r.what}, {"size", r.size}, {"threads", r.threads}, {"seconds", r.seconds},
+                              {"mac_per_s", r.macs}, {"mac_per_s_per_core", r.macs / r.threads}});
+    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+    // throwing after the work is done.
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench gemm-ref: exact GEMM of NVFP4 operands (M = N = K = size), best of %d\n", a.repeat);
@@ -157,22 +158,22 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
                         {"amax only", r.amax_only_s, r.input_bytes(), r.input_bytes()}};
   auto gbps = [](double bytes, double s) { return bytes / s * 1e-9; };
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "quantize-cuda").field("dtype", a.cuda_dtype).field("rows", r.rows)
-        .field("cols", r.cols).field("repeat", a.repeat).field("bytes_counted", counted)
-        .field("bytes_moved_amax_and_quantize", moved).field("copy_seconds", r.copy_s).field("copy_gbps", copy)
-        .field("l2_bytes_flushed_before_each_repetition", r.l2_bytes).key("results").begin_array();
+    nlohmann::ordered_json j = {{"benchmark", "quantize-cuda"}, {"dtype", a.cuda_dtype}, {"rows", r.rows},
+                                {"cols", r.cols}, {"repeat", a.repeat}, {"bytes_counted", counted},
+                                {"bytes_moved_amax_and_quantize", moved}, {"copy_seconds", r.copy_s}, {"copy_gbps", copy},
+                                {"l2_bytes_flushed_before_each_repetition", r.l2_bytes},
+                                {"results", nlohmann::ordered_json::array()}};
     for (const Line& l : lines)
-      j.begin_object().field("case", l.name).field("seconds", l.seconds)
-          .field("gbps_counted", gbps(l.bytes_counted, l.seconds))
-          .field("fraction_of_copy_counted", gbps(l.bytes_counted, l.seconds) / copy)
-          .field("gbps_moved", gbps(l.bytes_moved, l.seconds))
-          .field("fraction_of_copy_moved", gbps(l.bytes_moved, l.seconds) / copy).end_object();
-    j.end_array().key("quantize_only_variants").begin_array();
+      j["results"].push_back({{"case", l.name}, {"seconds", l.seconds},
+                              {"gbps_counted", gbps(l.bytes_counted, l.seconds)},
+                              {"fraction_of_copy_counted", gbps(l.bytes_counted, l.seconds) / copy},
+                              {"gbps_moved", gbps(l.bytes_moved, l.seconds)},
+                              {"fraction_of_copy_moved", gbps(l.bytes_moved, l.seconds) / copy}});
+    j["quantize_only_variants"] = nlohmann::ordered_json::array();
     for (const auto& [name, s] : r.variants)
-      j.begin_object().field("variant", name).field("seconds", s).field("gbps_counted", gbps(counted, s))
-          .field("fraction_of_copy_counted", gbps(counted, s) / copy).end_object();
-    j.end_array().end_object();
+      j["quantize_only_variants"].push_back({{"variant", name}, {"seconds", s}, {"gbps_counted", gbps(counted, s)},
+                                             {"fraction_of_copy_counted", gbps(counted, s) / copy}});
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of %lld x %lld %s, best of %d\n",
@@ -324,18 +325,16 @@ int run_bench(const BenchArgs& a, const Given& given) {
   bool all_identical = true;
   for (const Row& r : rows) all_identical = all_identical && r.identical;
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "quantize").field("elements", n).key("results").begin_array();
+    nlohmann::ordered_json j = {{"benchmark", "quantize"}, {"elements", n}, {"results", nlohmann::ordered_json::array()}};
     for (const Row& r : rows)
-      j.begin_object()
-          .field("case", r.name)
-          .field("threads", r.threads)
-          .field("seconds", r.seconds)
-          .field("elements_per_s", r.eps)
-          .field("elements_per_s_per_core", r.eps / r.threads)
-          .field("bit_identical_to_1_thread", r.identical)
-          .end_object();
-    j.end_array().field("all_bit_identical", all_identical).end_object();
+      j["results"].push_back({{"case", r.name},
+                              {"threads", r.threads},
+                              {"seconds", r.seconds},
+                              {"elements_per_s", r.eps},
+                              {"elements_per_s_per_core", r.eps / r.threads},
+                              {"bit_identical_to_1_thread", r.identical}});
+    j["all_bit_identical"] = all_identical;
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::printf("fp4drift bench quantize: %lld float32 elements (%lld x %lld), best of %d, input read + codes/scales written\n",
                 static_cast<long long>(n), static_cast<long long>(g.rows), static_cast<long long>(g.cols), a.repeat);

@@ -5,9 +5,9 @@
 // and the FP8 E4M3 tensor-core GEMM for reference. Best of --repeat, CUDA events.
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "sim/mlp_run.hpp"
 #include "util/config.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
@@ -26,12 +26,14 @@ int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json) {
   const cuda::GemmCudaBench r = cuda::gemm_cuda_bench(size, size, size, repeat);
   const double tf = r.flops() / 1e12;
   if (json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "gemm-cuda").field("m", r.M).field("n", r.N).field("k", r.K)
-        .field("seconds_bf16", r.bf16_s).field("seconds_nvfp4_with_quantize", r.nvfp4_s)
-        .field("seconds_nvfp4_gemm_only", r.nvfp4_gemm_only_s).field("seconds_fp8", r.fp8_s)
-        .field("tflops_bf16", tf / r.bf16_s).field("tflops_nvfp4_with_quantize", tf / r.nvfp4_s)
-        .field("fraction_of_bf16", r.bf16_s / r.nvfp4_s).end_object();
+    const nlohmann::ordered_json j = {{"benchmark", "gemm-cuda"}, {"m", r.M}, {"n", r.N}, {"k", r.K},
+                                      {"seconds_bf16", r.bf16_s}, {"seconds_nvfp4_with_quantize", r.nvfp4_s},
+                                      {"seconds_nvfp4_gemm_only", r.nvfp4_gemm_only_s}, {"seconds_fp8", r.fp8_s},
+                                      {"tflops_bf16", tf / r.bf16_s}, {"tflops_nvfp4_with_quantize", tf / r.nvfp4_s},
+                                      {"fraction_of_bf16", r.bf16_s / r.nvfp4_s}};
+    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+    // throwing after the work is done.
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench gemm-cuda: M = N = K = %lld, best of %d\n", static_cast<long long>(size), repeat);
@@ -61,15 +63,15 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
   };
   const Case cases[] = {{"rne", false, false}, {"rht+sr", true, true}};
   if (json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "quantize-dual-cuda").field("rows", rows).field("cols", cols).key("cases").begin_array();
+    nlohmann::ordered_json j = {{"benchmark", "quantize-dual-cuda"}, {"rows", rows}, {"cols", cols},
+                                {"cases", nlohmann::ordered_json::array()}};
     for (const Case& c : cases) {
       const cuda::DualBench r = cuda::nvfp4_quantize_dual_bench(rows, cols, true, c.rht, c.sr, repeat);
-      j.begin_object().field("name", c.name).field("seconds", r.seconds).field("amax_seconds", r.amax_seconds)
-          .field("quantize_pass_cold_l2_seconds", r.quantize_seconds)
-          .field("counted_bytes", r.counted_bytes).field("gbps_counted", r.counted_bytes / r.seconds * 1e-9).end_object();
+      j["cases"].push_back({{"name", c.name}, {"seconds", r.seconds}, {"amax_seconds", r.amax_seconds},
+                            {"quantize_pass_cold_l2_seconds", r.quantize_seconds},
+                            {"counted_bytes", r.counted_bytes}, {"gbps_counted", r.counted_bytes / r.seconds * 1e-9}});
     }
-    j.end_array().end_object();
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench quantize-dual-cuda: rowwise + columnwise NVFP4 of %lld x %lld BF16, best of %d\n",
@@ -133,13 +135,12 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
   }
   const double bf16_big = lines[first_big].r.step_s;
   if (json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "mlp-cuda").field("config", config).field("width", width).field("batch", batch)
-        .key("cases").begin_array();
+    nlohmann::ordered_json j = {{"benchmark", "mlp-cuda"}, {"config", config}, {"width", width}, {"batch", batch},
+                                {"cases", nlohmann::ordered_json::array()}};
     for (const Line& l : lines)
-      j.begin_object().field("model", l.model).field("recipe", l.recipe).field("launch", l.r.launch_mode).field("steps", l.r.steps)
-          .field("seconds_per_step", l.r.step_s).field("steps_per_second", l.r.steps_per_s).end_object();
-    j.end_array().end_object();
+      j["cases"].push_back({{"model", l.model}, {"recipe", l.recipe}, {"launch", l.r.launch_mode}, {"steps", l.r.steps},
+                            {"seconds_per_step", l.r.step_s}, {"steps_per_second", l.r.steps_per_s}});
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench mlp-cuda: GPU-resident training steps (batch on the device, stats back each step)\n");

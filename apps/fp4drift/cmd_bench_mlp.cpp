@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <iostream>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "quant/dense_gemm.hpp"
 #include "sim/mlp.hpp"
 
@@ -63,10 +63,16 @@ int run_bench_mlp_ref(std::int64_t width, std::int64_t batch, int layers, int re
   });
   const double ref_gf = flops / step_s * 1e-9, eigen_gf = flops / eigen_s * 1e-9, kernel_gf = flops / kernel_s * 1e-9;
   if (json) {
-    Json j(std::cout);
-    j.begin_object().field("benchmark", "mlp-ref").field("width", width).field("batch", batch).field("layers", layers)
-        .field("threads", Eigen::nbThreads()).field("seconds_per_step", step_s).field("gflops_reference", ref_gf)
-        .field("gflops_eigen", eigen_gf).field("gflops_kernel", kernel_gf).field("seconds_data_per_step", data_s).field("fraction_of_eigen", ref_gf / eigen_gf).end_object();
+    const nlohmann::ordered_json j = {
+        {"benchmark", "mlp-ref"},         {"width", width},
+        {"batch", batch},                 {"layers", layers},
+        {"threads", Eigen::nbThreads()},  {"seconds_per_step", step_s},
+        {"gflops_reference", ref_gf},     {"gflops_eigen", eigen_gf},
+        {"gflops_kernel", kernel_gf},     {"seconds_data_per_step", data_s},
+        {"fraction_of_eigen", ref_gf / eigen_gf}};
+    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+    // throwing after the work is done.
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift bench mlp-ref: %d layers of %lld x %lld, batch %lld, double, best of %d (%d threads)\n", layers,

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include <cmath>
 
 #include "commands.hpp"
-#include "json.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
 #include "backend/cuda/gemm_cuda.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
@@ -336,23 +336,27 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
   file.complete(order);
 
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().field("role", a.role).field("backend", a.backend).field("m", a.m).field("n", a.n).field("k", a.k).key("recipes").begin_array();
+    nlohmann::ordered_json j = {{"role", a.role}, {"backend", a.backend}, {"m", a.m}, {"n", a.n}, {"k", a.k},
+                                {"recipes", nlohmann::ordered_json::array()}};
     for (const GemmResult& r : results) {
-      j.begin_object().field("name", r.recipe).field("split_exact", r.split_exact).field("sr_draws", r.draws);
+      nlohmann::ordered_json o = {{"name", r.recipe}, {"split_exact", r.split_exact}, {"sr_draws", r.draws}};
       for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
                                    std::pair{"accumulation", r.accumulation},
                                    std::pair{"accumulation_dequant_fp32", r.accumulation_dequant_fp32}})
-        j.key(key).begin_object().field("rel_frobenius", s.rel_frobenius).field("max_abs", s.max_abs).field("bias", s.bias).end_object();
+        o[key] = {{"rel_frobenius", s.rel_frobenius}, {"max_abs", s.max_abs}, {"bias", s.bias}};
       for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
                                    std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
-        j.key(key).begin_object().field("min", b.min).field("p01", b.p01).field("median", b.median)
-            .field("exact_fraction", b.exact_fraction).end_object();
-      j.field("product_path", r.product_path);
-      if (r.draws > 1) j.field("sr_rel_bias", r.sr_rel_bias).field("sr_rel_std", r.sr_rel_std);
-      j.end_object();
+        o[key] = {{"min", b.min}, {"p01", b.p01}, {"median", b.median}, {"exact_fraction", b.exact_fraction}};
+      o["product_path"] = r.product_path;
+      if (r.draws > 1) {
+        o["sr_rel_bias"] = r.sr_rel_bias;
+        o["sr_rel_std"] = r.sr_rel_std;
+      }
+      j["recipes"].push_back(std::move(o));
     }
-    j.end_array().end_object();
+    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+    // throwing after the work is done.
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s\n", a.role.c_str(),

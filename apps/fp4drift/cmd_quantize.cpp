@@ -8,9 +8,9 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "quant/quantize.hpp"
 #include "quant/recipes.hpp"
 #include "sim/generators.hpp"
@@ -135,36 +135,33 @@ void print_table(std::ostream& os, const std::vector<std::pair<std::string, Quan
 
 void print_json(std::ostream& os, const std::string& source, const std::string& out,
                 const std::vector<std::pair<std::string, QuantizedTensor>>& results) {
-  Json j(os);
-  j.begin_object().field("source", source).field("output", out).key("recipes").begin_array();
+  nlohmann::ordered_json j = {{"source", source}, {"output", out}, {"recipes", nlohmann::ordered_json::array()}};
   for (const auto& [name, q] : results) {
     const QuantStats& s = q.stats;
-    j.begin_object()
-        .field("name", name)
-        .field("format", format_string(q.spec))
-        .field("layout", layout_string(q.spec))
-        .field("axis", q.spec.axis)
-        .field("rounding", to_string(q.spec.rounding.mode))
-        .field("sr_bits", sr_bits_string(q.spec.rounding.sr_bits))
-        .field("scale_rule", scale_rule_string(q.spec))
-        .field("rht_size", q.spec.rht.size)
-        .field("global_decode_scale", static_cast<double>(q.global.decode))
-        .key("stats")
-        .begin_object()
-        .field("elements", s.elements)
-        .field("nmse", s.nmse)
-        .field("bias", s.bias)
-        .field("relative_bias", s.relative_bias)
-        .field("max_abs_error", s.max_abs_error)
-        .field("clipped_fraction", s.clipped_fraction)
-        .field("underflow_fraction", s.underflow_fraction)
-        .field("blocks", s.blocks)
-        .field("zero_scale_blocks", s.zero_scale_blocks)
-        .field("subnormal_scale_blocks", s.subnormal_scale_blocks)
-        .end_object()
-        .end_object();
+    j["recipes"].push_back({{"name", name},
+                            {"format", format_string(q.spec)},
+                            {"layout", layout_string(q.spec)},
+                            {"axis", q.spec.axis},
+                            {"rounding", to_string(q.spec.rounding.mode)},
+                            {"sr_bits", sr_bits_string(q.spec.rounding.sr_bits)},
+                            {"scale_rule", scale_rule_string(q.spec)},
+                            {"rht_size", q.spec.rht.size},
+                            {"global_decode_scale", static_cast<double>(q.global.decode)},
+                            {"stats",
+                             {{"elements", s.elements},
+                              {"nmse", s.nmse},
+                              {"bias", s.bias},
+                              {"relative_bias", s.relative_bias},
+                              {"max_abs_error", s.max_abs_error},
+                              {"clipped_fraction", s.clipped_fraction},
+                              {"underflow_fraction", s.underflow_fraction},
+                              {"blocks", s.blocks},
+                              {"zero_scale_blocks", s.zero_scale_blocks},
+                              {"subnormal_scale_blocks", s.subnormal_scale_blocks}}}});
   }
-  j.end_array().end_object();
+  // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+  // throwing after the work is done.
+  os << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
 // Whether an option was given on the command line.

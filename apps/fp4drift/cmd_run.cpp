@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "json.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "trace/h5.hpp"
@@ -65,13 +65,15 @@ void print_sum_dot(const SumDotRun& run, const SumDotResult& r) {
 }
 
 void json_sum_dot(const SumDotRun& run, const SumDotResult& r) {
-  Json j(std::cout);
-  j.begin_object().field("workload", run.dot ? "dot" : "sum").field("format", run.format_name)
-      .field("rounding", run.rounding_name).field("runs", run.options.runs).key("points").begin_array();
+  nlohmann::ordered_json j = {{"workload", run.dot ? "dot" : "sum"}, {"format", run.format_name},
+                              {"rounding", run.rounding_name}, {"runs", run.options.runs},
+                              {"points", nlohmann::ordered_json::array()}};
   for (const SumDotPoint& p : r.points)
-    j.begin_object().field("n", p.n).field("exact", p.exact).field("computed0", p.computed.front())
-        .field("rel_error0", p.rel_error).field("mean_error", p.mean_error).field("rms_error", p.rms_error).end_object();
-  j.end_array().end_object();
+    j["points"].push_back({{"n", p.n}, {"exact", p.exact}, {"computed0", p.computed.front()},
+                           {"rel_error0", p.rel_error}, {"mean_error", p.mean_error}, {"rms_error", p.rms_error}});
+  // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+  // throwing after the work is done.
+  std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
 std::atomic<bool> g_stop{false};
@@ -158,19 +160,19 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   h5::Group root = f.root();
   const std::vector<double> ref = root.read<double>("mlp/reference/loss");
   if (a.json) {
-    Json j(std::cout);
-    j.begin_object().field("workload", "mlp").field("steps", spec.steps).field("reference_final_loss", ref.back())
-        .key("runs").begin_array();
+    nlohmann::ordered_json j = {{"workload", "mlp"}, {"steps", spec.steps}, {"reference_final_loss", ref.back()},
+                                {"runs", nlohmann::ordered_json::array()}};
     for (const std::string& r : spec.recipes) {
       h5::Group g = root.open_group("mlp/runs/" + r);
       const std::vector<double> loss = g.read<double>("loss"), err_all = g.read<double>("weight_rel_error");
       const double last_err = err_all.empty() ? std::nan("") : err_all.back();  // no compares without a reference
-      j.begin_object().field("recipe", r).field("final_loss", loss.back()).field("final_rel_loss_gap", g.read<double>("rel_loss_gap").back())
-          .field("final_last_layer_weight_rel_error", last_err)
-          .field("weight_error_growth_exponent", g.get_attr_double("weight_error_growth_exponent"))
-          .field("first_nonfinite_step", g.get_attr_int64("first_nonfinite_step")).end_object();
+      j["runs"].push_back({{"recipe", r}, {"final_loss", loss.back()},
+                           {"final_rel_loss_gap", g.read<double>("rel_loss_gap").back()},
+                           {"final_last_layer_weight_rel_error", last_err},
+                           {"weight_error_growth_exponent", g.get_attr_double("weight_error_growth_exponent")},
+                           {"first_nonfinite_step", g.get_attr_int64("first_nonfinite_step")}});
     }
-    j.end_array().end_object();
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
   if (spec.reference_enabled)
