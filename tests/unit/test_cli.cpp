@@ -12,6 +12,7 @@
 #include <string>
 
 #include <hdf5.h>
+#include <nlohmann/json.hpp>
 
 #include "support/catch.hpp"
 #include "trace/h5.hpp"
@@ -877,4 +878,45 @@ TEST_CASE("run: an endless or oversized config file is refused at once, in one l
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("control character") != std::string::npos);
   require_no_output(out);
+}
+
+TEST_CASE("--json: one line of valid JSON, keys in order, integers as integers, non-finite values as null") {
+  const Result g = run("gemm --m 16 --n 16 --k 16 --recipe nvfp4 --json");
+  INFO(g.err);
+  REQUIRE(g.status == 0);
+  CHECK(lines(g.out) == 1);
+  CHECK(g.out.back() == '\n');
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(g.out);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"role", "backend", "m", "n", "k", "recipes"});
+  CHECK(j["m"].is_number_integer());
+  CHECK(j["k"].get<std::int64_t>() == 16);
+  REQUIRE(j["recipes"].size() == 1);
+  const auto& rec = j["recipes"][0];
+  CHECK(rec["name"] == "nvfp4");
+  CHECK(rec["split_exact"].is_boolean());
+  CHECK(rec["sr_draws"].is_number_integer());
+  CHECK(rec["total"]["rel_frobenius"].is_number_float());
+  CHECK(rec["accumulation_bits"].contains("exact_fraction"));
+
+  // The reference off: the gaps and weight errors are NaN, which JSON has no literal for.
+  TempDir d;
+  std::string cfg = kTinyMlp;
+  cfg.insert(cfg.find("compare_every"), "enabled = false\n");
+  const Result m = run("run " + write_text(d, "off.toml", cfg) + " --out " + d.file("off.h5") + " --json");
+  INFO(m.err);
+  REQUIRE(m.status == 0);
+  CHECK(lines(m.out) == 1);
+  const nlohmann::ordered_json r = nlohmann::ordered_json::parse(m.out);
+  CHECK(r["workload"] == "mlp");
+  CHECK(r["steps"] == 30);
+  CHECK(r["reference_final_loss"].is_null());
+  REQUIRE(r["runs"].size() == 2);
+  for (const auto& x : r["runs"]) {
+    CHECK(x["final_loss"].is_number_float());
+    CHECK(x["final_rel_loss_gap"].is_null());
+    CHECK(x["final_last_layer_weight_rel_error"].is_null());
+    CHECK(x["first_nonfinite_step"] == -1);
+  }
 }
