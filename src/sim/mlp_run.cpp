@@ -1154,8 +1154,13 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl) {
       (model.activation == Activation::Swiglu || model.norm != Norm::None || model.residual))
     throw std::invalid_argument("mlp: activation = \"swiglu\", norm = \"rmsnorm\" and residual = true run on "
                                 "--backend cpu only (the " + ctl.backend + " backend's training step does not have them yet)");
-  return dispatch_mlp_precision(spec.reference_precision,
-                                [&](auto r) { return run_mlp_in<decltype(r)>(spec, ctl); });
+  try {
+    return dispatch_mlp_precision(spec.reference_precision,
+                                  [&](auto r) { return run_mlp_in<decltype(r)>(spec, ctl); });
+  } catch (const ResumeRefused& e) {  // one line that says what was refused and what to do
+    throw ResumeRefused("--resume: " + ctl.path + " cannot be continued: " + e.what() + "; it is left as it was (remove " +
+                        ctl.path + " and its .ckpt and .rows files to start the run again)");
+  }
 }
 
 }  // namespace fp4d
