@@ -2,8 +2,12 @@
 (tests/support/fault_inject.c) and comparing traces bit for bit."""
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import h5py
@@ -52,7 +56,55 @@ def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120
 
 
 def faulty(env: dict[str, str]) -> dict[str, str]:
-    return {"LD_PRELOAD": FAULT_LIB, **env}
+    return {"LD_PRELOAD": _preload(FAULT_LIB), **env}
+
+
+@functools.lru_cache(maxsize=None)
+def asan_runtime() -> str:
+    """The AddressSanitizer runtime fp4drift is linked with ("" for a build without it)."""
+    exe = shutil.which(EXE) or EXE
+    try:
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("libasan") and len(parts) >= 3 and parts[1] == "=>":
+            return parts[2]
+    return ""
+
+
+def _suppress_hdf5_leaks() -> None:
+    """Under ASan's leak checker, leaves out the allocations HDF5 itself loses.
+
+    Opening a trace that a kill left torn makes HDF5 1.10 read object headers it then cannot
+    release: their cache entries are lost when the failed open or close gives up (about 200
+    bytes, every frame inside libhdf5). fp4drift closes every handle it opens and turns off
+    HDF5's at-exit clean-up on purpose (src/trace/h5.cpp), so nothing of ours is behind them;
+    a leak of fp4drift's own has its own frames and is still reported."""
+    if not asan_runtime():
+        return
+    d = Path(tempfile.mkdtemp(prefix="fp4d-lsan-"))
+    atexit.register(shutil.rmtree, d, True)
+    supp = d / "hdf5.supp"
+    supp.write_text("leak:libhdf5\n")
+    # print_suppressions=0: the list of suppressed leaks would be a second line after a
+    # one-line error, which the tests count.
+    ours = f"suppressions={supp}:print_suppressions=0"
+    prior = os.environ.get("LSAN_OPTIONS", "")
+    os.environ["LSAN_OPTIONS"] = f"{prior}:{ours}" if prior else ours
+
+
+_suppress_hdf5_leaks()
+
+
+def _preload(lib: str) -> str:
+    # ASan must be the first library of the process or it refuses to start ("ASan runtime does
+    # not come first in initial library list"); a preloaded library would come before it.
+    # Preloaded first, its interceptors still pass the file-system calls on to the fault
+    # library's, which passes them on to libc.
+    asan = asan_runtime()
+    return f"{asan}:{lib}" if asan else lib
 
 
 def trace_items(path: Path) -> dict[str, object]:
