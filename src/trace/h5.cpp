@@ -79,6 +79,12 @@ std::string one_line(std::string detail) {
   return detail;
 }
 
+// True when a failed HDF5 call ran out of space: errno as the call left it, or the errno that
+// HDF5's file driver quotes in its message (other library calls may have reset errno since).
+bool out_of_space(int err, const std::string& detail) {
+  return err == ENOSPC || detail.find("errno = 28,") != std::string::npos;
+}
+
 // Throws with the innermost HDF5 message appended; a write that failed for want of space
 // throws DiskFull (the caller's data is intact up to its last durable point, and the cure is
 // space, not other input).
@@ -86,7 +92,7 @@ std::string one_line(std::string detail) {
   const int err = errno;
   std::string detail = hdf5_message();
   H5Eclear2(H5E_DEFAULT);
-  if (err == ENOSPC || detail.find("errno = 28,") != std::string::npos)
+  if (out_of_space(err, detail))
     throw DiskFull(msg + ": no space left on device");
   if (detail.empty()) throw Error(msg);
   throw Error(msg + ": " + one_line(detail));
@@ -954,7 +960,7 @@ void Appendable<T>::append(const T* rows_data, std::uint64_t nrows) {
     dims[0] = old;  // do not leave fill-value rows behind
     H5Dset_extent(h_.get(), dims.data());
     H5Eclear2(H5E_DEFAULT);
-    if (err == ENOSPC || detail.find("errno = 28,") != std::string::npos)
+    if (out_of_space(err, detail))
       throw DiskFull(msg + ": no space left on device");
     fail(msg + (detail.empty() ? "" : ": " + one_line(detail)));
   }
