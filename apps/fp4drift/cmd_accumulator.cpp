@@ -18,7 +18,7 @@
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/gemm.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
 

@@ -17,12 +17,12 @@
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "quant/ref_operand.hpp"
 #include "ref/exact_block_gemm.hpp"
 #include "ref/reference_gemm.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
 #include "sim/generators.hpp"

@@ -11,8 +11,8 @@
 #include "sim/mlp_run.hpp"
 #include "util/config.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm_cuda.hpp"
-#include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/mlp.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
@@ -89,7 +89,7 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
 #endif
 }
 
-// fp4drift bench mlp-cuda: the GPU-resident training step (backend/cuda/mlp_cuda.hpp), steps/s.
+// fp4drift bench mlp-cuda: the GPU-resident training step (backend/cuda/mlp.hpp), steps/s.
 //  1. the quick default model (the [mlp] of CONFIG, data/configs/mlp-quick.toml by default) under
 //     its recipes: small, launch-bound;
 //  2. an MLP of width W (4 layers, W -> W) and batch B: the nvfp4 step against the bf16 step in the

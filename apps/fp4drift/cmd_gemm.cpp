@@ -16,7 +16,7 @@
 
 #include "commands.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/gemm.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
 

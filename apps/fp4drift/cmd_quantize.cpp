@@ -12,14 +12,14 @@
 
 #include "commands.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "trace/output_file.hpp"
 #include "util/checked_size.hpp"
 #include "util/memory.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/nvfp4_quantize.hpp"
-#include "backend/cuda/quantize_cuda.hpp"
+#include "backend/cuda/nvfp4.hpp"
+#include "backend/cuda/quantize.hpp"
 #include "backend/cuda/shared_numerics_check.hpp"
 #endif
 #include "trace/tensor_io.hpp"

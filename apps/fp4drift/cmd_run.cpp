@@ -22,9 +22,9 @@
 #include "sim/sum_dot_run.hpp"
 #include "trace/h5.hpp"
 #if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm_cuda.hpp"
-#include "backend/cuda/mlp_cuda.hpp"
-#include "backend/cuda/mlp_cuda_trainer.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/mlp.hpp"
+#include "backend/cuda/mlp_trainer.hpp"
 #endif
 #include "trace/output_file.hpp"
 #include "util/config.hpp"

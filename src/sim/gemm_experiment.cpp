@@ -7,7 +7,7 @@
 #include "quant/gemm_emulated.hpp"
 #include "quant/nvfp4.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "quant/ref_operand.hpp"
 #include "ref/exact_block_gemm.hpp"
 

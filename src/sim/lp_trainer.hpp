@@ -1,6 +1,6 @@
 // One low-precision run of the `mlp` workload behind one interface (as Ginkgo's executors):
 // a recipe's training state and its step, on the CPU (train_step<float> with RecipeGemm, the
-// oracle) or resident on a device (backend/cuda/mlp_cuda.hpp). The runner (sim/mlp_run.hpp)
+// oracle) or resident on a device (backend/cuda/mlp.hpp). The runner (sim/mlp_run.hpp)
 // drives any of them the same way: steps, operand statistics at the trace's cadence, the state
 // at compare and checkpoint steps.
 #pragma once

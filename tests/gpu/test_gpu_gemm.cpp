@@ -1,4 +1,4 @@
-// The tensor-core GEMM path (backend/cuda/gemm_cuda.hpp) against the CPU emulation and the
+// The tensor-core GEMM path (backend/cuda/gemm.hpp) against the CPU emulation and the
 // exact product.
 //  - Operands chosen so that every partial sum is exact in float32 in any order (the CUTLASS
 //    testbed idea): then the GPU's result must equal the CPU emulation's and the exact
@@ -11,10 +11,10 @@
 #include <cmath>
 #include <string>
 
-#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/gemm.hpp"
 #include "quant/gemm_emulated.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

@@ -1,4 +1,4 @@
-// The GPU-resident training step (backend/cuda/mlp_cuda.hpp) against the CPU backend.
+// The GPU-resident training step (backend/cuda/mlp.hpp) against the CPU backend.
 //  - Every quantized GEMM operand of every step (all layers, Fprop/Dgrad/Wgrad, both operands,
 //    RHT and SR included) equals quantize_cpu of the same float32 operand with the spec
 //    RecipeGemm would use (same seed and stream): codes, scale codes and global scale bit for
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/mlp_cuda.hpp"
-#include "backend/cuda/mlp_cuda_trainer.hpp"
+#include "backend/cuda/mlp.hpp"
+#include "backend/cuda/mlp_trainer.hpp"
 #include "sim/mlp.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/recipe_gemm.hpp"

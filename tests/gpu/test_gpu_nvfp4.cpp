@@ -13,11 +13,11 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "format/bf16.hpp"
 #include "format/philox.hpp"
 #include "quant/nvfp4.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
 #include "support/nvfp4_fixtures.hpp"

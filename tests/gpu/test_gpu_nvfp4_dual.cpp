@@ -9,7 +9,7 @@
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

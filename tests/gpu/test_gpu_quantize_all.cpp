@@ -8,9 +8,9 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cuda/quantize_cuda.hpp"
+#include "backend/cuda/quantize.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

@@ -11,7 +11,7 @@
 #include "format/philox.hpp"
 #include "quant/mxfp4_math.hpp"
 #include "quant/nvfp4.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;

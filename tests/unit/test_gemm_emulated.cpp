@@ -17,7 +17,7 @@
 #include "format/fp8.hpp"
 #include "quant/gemm_emulated.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;

@@ -19,7 +19,7 @@
 #include "format/float_format.hpp"
 #include "quant/mxfp4_math.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

@@ -26,7 +26,7 @@
 
 #include "format/bf16.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
 

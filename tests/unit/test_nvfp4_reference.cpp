@@ -11,7 +11,7 @@
 
 #include "format/philox.hpp"
 #include "quant/nvfp4.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
 #include "support/nvfp4_fixtures.hpp"

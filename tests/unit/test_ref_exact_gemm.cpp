@@ -12,7 +12,7 @@
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "quant/ref_operand.hpp"
 #include "ref/exact_block_gemm.hpp"
 #include "ref/mp_scalar.hpp"

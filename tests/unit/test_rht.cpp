@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "quant/quantize.hpp"
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 #include "quant/rht.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"

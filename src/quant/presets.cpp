@@ -1,4 +1,4 @@
-#include "quant/recipes.hpp"
+#include "quant/presets.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -1,4 +1,4 @@
-// Low-precision GEMMs on the tensor cores through cuBLASLt (see gemm_cuda.hpp for the
+// Low-precision GEMMs on the tensor cores through cuBLASLt (see gemm.hpp for the
 // semantics of each scheme), the accumulator probes and the GEMM benchmark. The layout
 // conventions and the cuBLASLt plan are in lt_gemm.cuh.
 #include <cublasLt.h>
@@ -16,9 +16,9 @@
 #include "backend/cuda/bench_data.cuh"
 #include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/cuda_util.cuh"
-#include "backend/cuda/gemm_cuda.hpp"
+#include "backend/cuda/gemm.hpp"
 #include "backend/cuda/lt_gemm.cuh"
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"

@@ -29,7 +29,7 @@
 #include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"

@@ -1,7 +1,7 @@
-#include "backend/cuda/quantize_cuda.hpp"
+#include "backend/cuda/quantize.hpp"
 
 #include "backend/cuda/block_quantize.hpp"
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "quant/quantize.hpp"
 
 namespace fp4d::cuda {

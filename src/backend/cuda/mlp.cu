@@ -1,4 +1,4 @@
-// The GPU-resident low-precision training step (see mlp_cuda.hpp for the semantics).
+// The GPU-resident low-precision training step (see mlp.hpp for the semantics).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -10,9 +10,9 @@
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/lt_gemm.cuh"
-#include "backend/cuda/mlp_cuda.hpp"
+#include "backend/cuda/mlp.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
-#include "backend/cuda/nvfp4_quantize.hpp"
+#include "backend/cuda/nvfp4.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
