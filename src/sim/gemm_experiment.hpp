@@ -1,11 +1,7 @@
 // GEMM error experiments: the three GEMMs of a linear layer in their training
-// roles, each operand quantized as a recipe says, compared with the exact product.
+// roles (quant/training_recipe.hpp), each operand quantized as a recipe says, compared with
+// the exact product.
 //
-// Roles (M tokens, K input features, N output features), all as C = A * B^T with A and B
-// in the quantizers' stored orientation (blocks along the reduction dimension):
-//   fprop  C = X W^T   (M x N), reduction K:  A = X   (activation), B = W   (weight)
-//   dgrad  C = dY W    (M x K), reduction N:  A = dY  (gradient),   B = W^T (weight)
-//   wgrad  C = X^T dY  (K x N), reduction M:  A = X^T (activation), B = dY^T (gradient)
 // The error of the computed product is split, in exact arithmetic, into
 //   quantization  = exact(deq A, deq B) - exact(A, B)   (the operands' representation)
 //   accumulation  = computed - exact(deq A, deq B)       (the GEMM's own arithmetic)
@@ -20,38 +16,9 @@
 
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
+#include "quant/training_recipe.hpp"
 
 namespace fp4d {
-
-enum class GemmRole { Fprop, Dgrad, Wgrad };
-GemmRole parse_gemm_role(const std::string& s);  // throws std::invalid_argument
-std::string to_string(GemmRole r);
-
-// How each operand kind is quantized: the GEMM recipes (nvfp4-spec.md section 6).
-struct GemmRecipe {
-  std::string name;
-  std::string description;
-  enum class Kind { Bf16, Fp8, Mxfp4, Nvfp4 } kind = Kind::Nvfp4;
-  bool two_d_weights = true;   // 16x16 (nvfp4) / 128x128 (fp8) weight tiles
-  bool rht_wgrad = true;       // RHT-16 on both Wgrad operands (nvfp4)
-  bool sr_gradients = true;    // SR on gradient operands (nvfp4)
-  int sr_bits = 0;             // 0 = exact SR
-  bool fp8_per_tensor = false; // fp8: per-tensor current scaling instead of 1x128 / 128x128
-  MxScaleRule mx_rule = MxScaleRule::Floor;
-};
-// The named recipes ('all'): bf16, fp8, fp8-tensor, mxfp4, mxfp4-ceil, mxfp4-rceil, nvfp4 and
-// its ablations. Besides these, any "nvfp4" followed by modifiers in any order names a
-// recipe: -no-sr, -no-rht, -no-2d (each switches one element off), -sr8 (8-bit SR); e.g.
-// "nvfp4-no-rht-no-sr". Throws std::invalid_argument listing the names otherwise.
-const std::vector<GemmRecipe>& gemm_recipes();
-
-// The quantization of one GEMM operand under a recipe, for an operand given in NT form
-// (reduction along its rows, axis 1): its kind, whether the GEMM is the Wgrad one (RHT), and
-// the SR seed and stream.
-enum class OperandKind { Activation, Weight, Gradient };
-QuantSpec gemm_operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream);
-GemmRecipe gemm_recipe(const std::string& name);
-std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names);
 
 // The role's logical operands: fprop (X: M x K, W: N x K), dgrad (dY: M x N, W: N x K),
 // wgrad (X: M x K, dY: M x N). first/second name them for messages and files.
@@ -103,10 +70,6 @@ struct GemmResult {
   double sr_rel_std = 0;            // sqrt(mean over elements of var_d C_d) / rms(C_exact)
   QuantizedTensor qa, qb;           // the quantized operands (stored orientation)
 };
-
-// Computes C = A B^T (stored orientation) of two quantized operands; the experiment's
-// default is the CPU emulation (gemm_emulated.hpp). The CUDA backend passes its tensor-core GEMM.
-using QuantizedProduct = std::function<Matrix(const QuantizedTensor&, const QuantizedTensor&)>;
 
 struct GemmExperimentOptions {
   std::uint64_t seed = 0;  // SR draws and random signs; draw d uses seed + d

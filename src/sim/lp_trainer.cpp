@@ -1,5 +1,8 @@
 #include "sim/lp_trainer.hpp"
 
+#include "model/recipe_gemm.hpp"
+#include "sim/mlp.hpp"
+
 namespace fp4d {
 
 namespace {

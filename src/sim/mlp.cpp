@@ -13,6 +13,7 @@
 #include <boost/math/constants/constants.hpp>
 
 #include "format/philox.hpp"
+#include "model/mlp_math.hpp"
 #include "quant/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/mlp_precision.hpp"
@@ -153,55 +154,34 @@ std::vector<T> from_matrix(const Matrix& m) {
   return std::vector<T>(m.data.begin(), m.data.end());
 }
 
-// ---- element-wise math in T ---------------------------------------------------------------
-// Called unqualified so that a wide T finds its own functions (boost::multiprecision) by ADL.
-template <class T>
-T t_exp(const T& x) {
-  using std::exp;
-  return exp(x);
-}
-template <class T>
-T t_erf(const T& x) {
-  using std::erf;
-  return erf(x);
-}
-template <class T>
-T t_sqrt(const T& x) {
-  using std::sqrt;
-  return sqrt(x);
-}
+// ---- element-wise math in T: model/mlp_math.hpp (shared with the CUDA step) ----------------
+using mlp_math::exp_of;
+using mlp_math::sqrt_of;
+
 // 1/sqrt(2) and 1/sqrt(2 pi): the rounded literals for float and double (unchanged bits),
 // computed in T for a wider T (a double literal would cap its accuracy at double's).
 template <class T>
 T inv_sqrt2() {
   if constexpr (std::is_floating_point_v<T>) return T(0.70710678118654752440084436210485);
-  else return T(1) / t_sqrt(T(2));
+  else return T(1) / sqrt_of(T(2));
 }
 template <class T>
 T inv_sqrt2pi() {
   if constexpr (std::is_floating_point_v<T>) return T(0.39894228040143267793994605993438);
-  else return T(1) / t_sqrt(T(2) * boost::math::constants::pi<T>());
+  else return T(1) / sqrt_of(T(2) * boost::math::constants::pi<T>());
 }
 
-// relu and gelu (the erf form); swiglu is applied pairwise by the forward pass (silu below).
+// relu and gelu; swiglu is applied pairwise by the forward pass (mlp_math::sigmoid).
 template <class T>
 T act(Activation a, const T& z) {
-  if (a == Activation::Relu) return z > T(0) ? z : T(0);
-  return (T(0.5) * z) * (T(1) + t_erf(T(z * inv_sqrt2<T>())));
+  if (a == Activation::Relu) return mlp_math::relu(z);
+  return mlp_math::gelu(z, inv_sqrt2<T>());
 }
 
 template <class T>
 T act_derivative(Activation a, const T& z) {
-  if (a == Activation::Relu) return z > T(0) ? T(1) : T(0);
-  // Phi(z) + z phi(z)
-  return T(0.5) * (T(1) + t_erf(T(z * inv_sqrt2<T>()))) + z * (inv_sqrt2pi<T>() * t_exp(T(T(-0.5) * (z * z))));
-}
-
-// silu(g) = g s(g), silu'(g) = s (1 + g (1 - s)), s(g) = 1 / (1 + exp(-g)) (exp(-g) -> inf
-// for very negative g gives s = 0: no NaN).
-template <class T>
-T sigmoid(const T& g) {
-  return T(1) / (T(1) + t_exp(T(-g)));
+  if (a == Activation::Relu) return mlp_math::relu_derivative(z);
+  return mlp_math::gelu_derivative(z, inv_sqrt2<T>(), inv_sqrt2pi<T>());
 }
 
 void check_weights_shape(const MlpSpec& s, std::size_t layers, const std::vector<std::size_t>& sizes, const char* what) {
@@ -250,7 +230,7 @@ void rmsnorm_forward(const std::vector<T>& x, std::int64_t M, std::int64_t n, co
     const T* xi = x.data() + i * n;
     T ss = T(0);
     for (std::int64_t j = 0; j < n; ++j) ss += xi[j] * xi[j];
-    const T r = T(1) / t_sqrt(T(ss / nt + eps));
+    const T r = T(1) / sqrt_of(T(ss / nt + eps));
     rinv[static_cast<std::size_t>(i)] = r;
     for (std::int64_t j = 0; j < n; ++j) y[static_cast<std::size_t>(i * n + j)] = xi[j] * r;
   }
@@ -351,7 +331,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
           for (std::int64_t j = 0; j < out; ++j) {
             const T& g = zl[static_cast<std::size_t>(i * rows + j)];
             const T& u = zl[static_cast<std::size_t>(i * rows + out + j)];
-            hn[static_cast<std::size_t>(i * out + j)] = (g * sigmoid(g)) * u;
+            hn[static_cast<std::size_t>(i * out + j)] = (g * mlp_math::sigmoid(g)) * u;
           }
       } else {
         for (std::size_t i = 0; i < zl.size(); ++i) hn[i] = act(s.activation, zl[i]);
@@ -378,16 +358,16 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
       Acc mx = static_cast<Acc>(yi[0]);
       for (std::int64_t j = 1; j < out_w; ++j) mx = std::max(mx, static_cast<Acc>(yi[j]));
       Acc se = Acc(0);
-      for (std::int64_t j = 0; j < out_w; ++j) se += t_exp(Acc(static_cast<Acc>(yi[j]) - mx));
+      for (std::int64_t j = 0; j < out_w; ++j) se += exp_of(Acc(static_cast<Acc>(yi[j]) - mx));
       using std::log;
       loss += (mx + log(se)) - static_cast<Acc>(yi[label]);
       if (!grads) continue;
       T m = yi[0];
       for (std::int64_t j = 1; j < out_w; ++j) m = std::max(m, yi[j]);
       T sum = T(0);
-      for (std::int64_t j = 0; j < out_w; ++j) sum = sum + t_exp(T(yi[j] - m));
+      for (std::int64_t j = 0; j < out_w; ++j) sum = sum + exp_of(T(yi[j] - m));
       for (std::int64_t j = 0; j < out_w; ++j) {
-        const T p = t_exp(T(yi[j] - m)) / sum;
+        const T p = exp_of(T(yi[j] - m)) / sum;
         dz[static_cast<std::size_t>(i * out_w + j)] = (p - (j == label ? T(1) : T(0))) / static_cast<T>(M);
       }
     }
@@ -442,7 +422,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
           const T& g = zp[static_cast<std::size_t>(i * prow + j)];
           const T& u = zp[static_cast<std::size_t>(i * prow + in + j)];
           const T& d = dh[static_cast<std::size_t>(i * in + j)];
-          const T sg = sigmoid(g);
+          const T sg = mlp_math::sigmoid(g);
           dz[static_cast<std::size_t>(i * prow + j)] = (d * u) * (sg * (T(1) + g * (T(1) - sg)));
           dz[static_cast<std::size_t>(i * prow + in + j)] = d * (g * sg);
         }
@@ -457,101 +437,6 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
 }  // namespace
 
 // ---- spec --------------------------------------------------------------------------------
-Activation parse_activation(const std::string& s) {
-  if (s == "relu") return Activation::Relu;
-  if (s == "gelu") return Activation::Gelu;
-  if (s == "swiglu") return Activation::Swiglu;
-  throw std::invalid_argument("unknown activation '" + s + "' (known: relu, gelu, swiglu)");
-}
-
-std::string to_string(Activation a) {
-  switch (a) {
-    case Activation::Relu: return "relu";
-    case Activation::Gelu: return "gelu";
-    case Activation::Swiglu: break;
-  }
-  return "swiglu";
-}
-
-Norm parse_norm(const std::string& s) {
-  if (s == "none") return Norm::None;
-  if (s == "rmsnorm") return Norm::RmsNorm;
-  throw std::invalid_argument("unknown norm '" + s + "' (known: none, rmsnorm)");
-}
-
-std::string to_string(Norm n) { return n == Norm::None ? "none" : "rmsnorm"; }
-
-std::int64_t weight_rows(const MlpSpec& s, int layer) {
-  const auto l = static_cast<std::size_t>(layer);
-  const bool hidden = l + 2 < s.widths.size();
-  return (hidden && s.activation == Activation::Swiglu ? 2 : 1) * s.widths[l + 1];
-}
-
-bool norm_at(const MlpSpec& s, int layer) { return s.norm == Norm::RmsNorm && layer >= 1; }
-
-bool residual_at(const MlpSpec& s, int layer) {
-  const auto l = static_cast<std::size_t>(layer);
-  return s.residual && layer >= 1 && l + 2 < s.widths.size() && s.widths[l] == s.widths[l + 1];
-}
-
-void validate(const MlpSpec& s) {
-  auto bad = [](const std::string& field, const std::string& why) {
-    throw std::invalid_argument("mlp: " + field + " " + why);
-  };
-  if (s.widths.size() < 2) bad("widths", "needs at least 2 entries (input, output)");
-  if (s.task != "regression" && s.task != "classification") bad("task", "must be regression or classification");
-  if (s.task == "classification" && s.widths.back() < 2) bad("widths", "classification needs at least 2 outputs (classes)");
-  for (std::size_t i = 0; i < s.widths.size(); ++i)
-    if (s.widths[i] < 1) bad("widths", "entry " + std::to_string(i) + " must be >= 1");
-  if (s.batch < 1) bad("batch", "must be >= 1");
-  if (!(s.norm_eps > 0.0) || !std::isfinite(s.norm_eps)) bad("norm_eps", "must be > 0 and finite");
-  if (s.residual) {
-    bool any = false;
-    for (std::size_t l = 1; l + 2 < s.widths.size(); ++l) any = any || s.widths[l] == s.widths[l + 1];
-    if (!any)
-      bad("residual", "is set but no hidden layer can have one (needs widths[l] == widths[l+1] for some "
-                      "1 <= l <= layers - 2)");
-  }
-  if (s.teacher_width < 1) bad("teacher_width", "must be >= 1");
-  if (!(s.outlier_fraction >= 0.0 && s.outlier_fraction <= 1.0)) bad("outlier_fraction", "must be in [0, 1]");
-  if (!(s.outlier_scale > 0.0) || !std::isfinite(s.outlier_scale)) bad("outlier_scale", "must be > 0 and finite");
-  if (!(s.student_t_nu >= 0.0) || !std::isfinite(s.student_t_nu)) bad("student_t_nu", "must be >= 0 (0: normal inputs)");
-  if (!(s.lr > 0.0) || !std::isfinite(s.lr)) bad("lr", "must be > 0 and finite");
-  if (!(s.momentum >= 0.0 && s.momentum < 1.0)) bad("momentum", "must be in [0, 1)");
-  if (!(s.beta1 >= 0.0 && s.beta1 < 1.0)) bad("beta1", "must be in [0, 1)");
-  if (!(s.beta2 >= 0.0 && s.beta2 < 1.0)) bad("beta2", "must be in [0, 1)");
-  if (!(s.eps > 0.0) || !std::isfinite(s.eps)) bad("eps", "must be > 0 and finite");
-  if (!(s.weight_decay >= 0.0) || !std::isfinite(s.weight_decay)) bad("weight_decay", "must be >= 0 and finite");
-  if (s.schedule != "constant" && s.schedule != "warmup-cosine" && s.schedule != "warmup-stable-decay")
-    bad("schedule", "'" + s.schedule + "' is unknown (known: constant, warmup-cosine, warmup-stable-decay)");
-  if (s.total_steps < 0) bad("total_steps", "must be >= 0");
-  if (s.warmup_steps < 0) bad("warmup_steps", "must be >= 0");
-  if (s.warmup_steps > s.total_steps) bad("warmup_steps", "must be <= total_steps");
-  if (!(s.decay_fraction >= 0.0 && s.decay_fraction <= 1.0)) bad("decay_fraction", "must be in [0, 1]");
-}
-
-double lr_at(const MlpSpec& s, std::int64_t step) {
-  if (s.schedule == "constant") return s.lr;
-  const auto t = static_cast<double>(step);
-  const auto total = static_cast<double>(s.total_steps);
-  const auto warm = static_cast<double>(s.warmup_steps);
-  if (step >= s.total_steps) return 0.0;
-  // Linear warmup: step 0 gets 1/warmup, step warmup-1 the full rate.
-  const double fw = step < s.warmup_steps ? (t + 1.0) / warm : 1.0;
-  if (s.schedule == "warmup-cosine") {
-    if (step < s.warmup_steps) return s.lr * fw;
-    const double p = (t - warm) / (total - warm);  // in [0, 1): total > step >= warmup
-    return s.lr * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p));
-  }
-  if (s.schedule == "warmup-stable-decay") {
-    // Linear decay to 0 at total_steps over the last decay_fraction * total_steps steps.
-    const double d = s.decay_fraction * total;
-    const double fd = d > 0.0 ? std::min(1.0, (total - t) / d) : 1.0;
-    return s.lr * std::min(fw, fd);
-  }
-  throw std::invalid_argument("mlp: schedule '" + s.schedule + "' is unknown");
-}
-
 Batch make_batch(const MlpSpec& s, std::int64_t step) {
   validate(s);
   const std::int64_t M = s.batch, in = s.widths.front(), out = s.widths.back();
@@ -630,42 +515,22 @@ StepStats train_step(const MlpSpec& s, MlpState<T>& state, const GemmFn& gemm) {
     const auto n = static_cast<std::int64_t>(w.size());
     std::int64_t lost = 0;
     if (s.optimizer == Optimizer::Sgd) {
-      // v = mu v + (g + wd W); W = W - lr v.
       const T mu = static_cast<T>(s.momentum);
+      const bool decay = s.weight_decay > 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : lost) if (n > (1 << 15))
       for (std::int64_t i = 0; i < n; ++i) {
         const auto k = static_cast<std::size_t>(i);
-        const T gi = s.weight_decay > 0.0 ? gl[k] + wd * w[k] : gl[k];
-        m1[k] = mu * m1[k] + gi;
-        const T upd = lr * m1[k];
-        const T wn = w[k] - upd;
-        lost += (upd != T(0) && wn == w[k]) ? 1 : 0;
-        w[k] = wn;
+        lost += mlp_math::sgd_update(w[k], m1[k], gl[k], mu, lr, wd, decay) ? 1 : 0;
       }
     } else {
-      // AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; the step
-      // lr (m / bc1) / (sqrt(v / bc2) + eps) plus the decoupled decay lr wd W;
-      // bc_i = 1 - beta_i^t (t = step + 1) and 1 - beta_i are computed in W (the wider of T
-      // and double), rounded to T.
-      using W = std::conditional_t<std::is_floating_point_v<T>, double, T>;
-      using std::pow;
+      // AdamW, with its coefficients computed in the wider of T and double (mlp_math).
       auto& m2 = state.m2[l];
-      const W t = static_cast<W>(state.step + 1);
-      const T b1 = static_cast<T>(s.beta1), c1 = static_cast<T>(W(1) - W(s.beta1));
-      const T b2 = static_cast<T>(s.beta2), c2 = static_cast<T>(W(1) - W(s.beta2));
-      const T bc1 = static_cast<T>(W(1) - pow(W(s.beta1), t)), bc2 = static_cast<T>(W(1) - pow(W(s.beta2), t));
-      const T eps = static_cast<T>(s.eps);
+      const auto c = mlp_math::adam_coefficients<T>(lr_at(s, state.step), s.beta1, s.beta2, s.eps, s.weight_decay,
+                                                    state.step);
 #pragma omp parallel for schedule(static) reduction(+ : lost) if (n > (1 << 15))
       for (std::int64_t i = 0; i < n; ++i) {
         const auto k = static_cast<std::size_t>(i);
-        const T gi = gl[k];
-        m1[k] = b1 * m1[k] + c1 * gi;
-        m2[k] = b2 * m2[k] + c2 * (gi * gi);
-        const T mhat = m1[k] / bc1, vhat = m2[k] / bc2;
-        const T upd = lr * (mhat / (t_sqrt(vhat) + eps)) + lr * (wd * w[k]);
-        const T wn = w[k] - upd;
-        lost += (upd != T(0) && wn == w[k]) ? 1 : 0;
-        w[k] = wn;
+        lost += mlp_math::adamw_update(w[k], m1[k], m2[k], gl[k], c) ? 1 : 0;
       }
     }
     stats.lost_update_fraction[l] = n > 0 ? static_cast<double>(lost) / static_cast<double>(n) : 0.0;

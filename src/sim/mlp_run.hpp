@@ -37,7 +37,7 @@
 #include "sim/lp_trainer.hpp"
 #include "sim/mlp.hpp"
 #include "sim/mlp_precision.hpp"
-#include "sim/recipe_gemm.hpp"
+#include "model/recipe_gemm.hpp"
 #include "util/config.hpp"
 
 namespace fp4d {

@@ -22,7 +22,7 @@
 #include "backend/cuda/mlp_trainer.hpp"
 #include "sim/mlp.hpp"
 #include "sim/mlp_run.hpp"
-#include "sim/recipe_gemm.hpp"
+#include "model/recipe_gemm.hpp"
 #include "support/catch.hpp"
 #include "support/trace_datasets.hpp"
 

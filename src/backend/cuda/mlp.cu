@@ -16,6 +16,9 @@
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
+#include "model/mlp_math.hpp"
+#include "model/recipe_gemm.hpp"
+#include "sim/mlp.hpp"  // make_batch, init_state: the benchmark only
 #include "quant/nvfp4_math.hpp"
 
 namespace fp4d::cuda {
@@ -30,17 +33,15 @@ unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
 }
 
-// ---- element-wise kernels: the CPU's expressions (sim/mlp.cpp) in float32, --fmad=false ----
+// ---- element-wise kernels: model/mlp_math.hpp's expressions in float32 (--fmad=false) ----
 constexpr float kInvSqrt2 = 0.70710678118654752440084436210485f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267793994605993438f;
 
 __device__ __forceinline__ float act_f(int gelu, float z) {
-  if (!gelu) return z > 0.0f ? z : 0.0f;
-  return (0.5f * z) * (1.0f + erff(z * kInvSqrt2));
+  return gelu ? mlp_math::gelu(z, float{kInvSqrt2}) : mlp_math::relu(z);
 }
 __device__ __forceinline__ float act_df(int gelu, float z) {
-  if (!gelu) return z > 0.0f ? 1.0f : 0.0f;
-  return 0.5f * (1.0f + erff(z * kInvSqrt2)) + z * (kInvSqrt2Pi * expf(-0.5f * (z * z)));
+  return gelu ? mlp_math::gelu_derivative(z, float{kInvSqrt2}, float{kInvSqrt2Pi}) : mlp_math::relu_derivative(z);
 }
 
 __global__ void act_forward_kernel(const float* __restrict__ z, float* __restrict__ h, std::int64_t n, int gelu) {
@@ -164,16 +165,14 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int n, d
 // What changes from step to step, read by the kernels from device memory (copied up before
 // each step) rather than passed as launch arguments, so that one captured CUDA graph replays
 // every step: the SR seed (nvfp4_dual's device_seed) and the optimizer's coefficients.
-struct AdamArgs {
-  float lr, b1, c1, b2, c2, bc1, bc2, eps, wd;
-};
+using AdamArgs = mlp_math::AdamCoefficients<float>;
 struct StepParams {
   std::uint64_t seed = 0;
   float lr = 0;
   AdamArgs adam{};
 };
 
-// The optimizers: sim/mlp.cpp's train_step<float> expressions, element by element.
+// The optimizers: model/mlp_math.hpp, element by element, as sim/mlp.cpp's train_step<float>.
 __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const float* __restrict__ g, std::int64_t n,
                            const StepParams* __restrict__ p, float mu, float wd, int decay,
                            unsigned long long* __restrict__ lost) {
@@ -181,13 +180,7 @@ __global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const 
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = decay ? g[i] + wd * w[i] : g[i];
-    const float v = mu * m1[i] + gi;
-    m1[i] = v;
-    const float upd = lr * v;
-    const float wn = w[i] - upd;
-    count += (upd != 0.0f && wn == w[i]) ? 1 : 0;
-    w[i] = wn;
+    count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
   }
   if (count) atomicAdd(lost, count);
 }
@@ -199,16 +192,7 @@ __global__ void adamw_kernel(float* __restrict__ w, float* __restrict__ m1, floa
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
-    const float m = a.b1 * m1[i] + a.c1 * gi;
-    const float v = a.b2 * m2[i] + a.c2 * (gi * gi);
-    m1[i] = m;
-    m2[i] = v;
-    const float mhat = m / a.bc1, vhat = v / a.bc2;
-    const float upd = a.lr * (mhat / (sqrtf(vhat) + a.eps)) + a.lr * (a.wd * w[i]);
-    const float wn = w[i] - upd;
-    count += (upd != 0.0f && wn == w[i]) ? 1 : 0;
-    w[i] = wn;
+    count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
   }
   if (count) atomicAdd(lost, count);
 }
@@ -548,16 +532,8 @@ struct MlpCudaTrainer::Impl {
     p.seed = seed;
     p.lr = static_cast<float>(lr_at(spec, step));
     if (spec.optimizer == Optimizer::AdamW) {
-      const double t = static_cast<double>(step + 1);
-      p.adam = AdamArgs{p.lr,
-                        static_cast<float>(spec.beta1),
-                        static_cast<float>(1.0 - spec.beta1),
-                        static_cast<float>(spec.beta2),
-                        static_cast<float>(1.0 - spec.beta2),
-                        static_cast<float>(1.0 - std::pow(spec.beta1, t)),
-                        static_cast<float>(1.0 - std::pow(spec.beta2, t)),
-                        static_cast<float>(spec.eps),
-                        static_cast<float>(spec.weight_decay)};
+      p.adam = mlp_math::adam_coefficients<float>(lr_at(spec, step), spec.beta1, spec.beta2, spec.eps,
+                                                  spec.weight_decay, step);
     }
     return p;
   }

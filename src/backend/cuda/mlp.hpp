@@ -3,7 +3,7 @@
 // the CUDA backend's kernels (bit-identical to quantize_cpu for the same float32 inputs) and
 // multiplies them on the tensor cores through cuBLASLt. Plain C++ header (no CUDA types).
 //
-// Semantics: sim/mlp.hpp's train_step<float> with sim/recipe_gemm.hpp's RecipeGemm, operand
+// Semantics: sim/mlp.hpp's train_step<float> with model/recipe_gemm.hpp's RecipeGemm, operand
 // for operand (the same QuantSpecs from gemm_operand_spec, the same SR seeds and streams), so
 // that given the same float32 operands the quantized operands are the same bits. What differs
 // from the CPU run is the arithmetic that is not quantization:
@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "quant/quantized.hpp"
-#include "sim/mlp.hpp"
-#include "sim/recipe_gemm.hpp"
+#include "model/mlp_spec.hpp"
+#include "quant/training_recipe.hpp"
 
 namespace fp4d::cuda {
 

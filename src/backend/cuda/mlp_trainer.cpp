@@ -1,10 +1,11 @@
-// The GPU-resident run (mlp.hpp) behind sim/lp_trainer.hpp's interface. Operand
+// The GPU-resident run (mlp.hpp) behind model/trainer.hpp's interface. Operand
 // statistics: at the trace's cadence the step's float32 operands come back to the host and
 // RecipeGemm::record_only quantizes them there with quantize_cpu - the same bits the GPU
 // produced (tests/gpu/test_gpu_mlp.cpp checks it), so the statistics are the CPU run's
 // definitions without a statistics kernel per quantizer.
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_trainer.hpp"
+#include "model/recipe_gemm.hpp"
 
 #include <cuda_runtime.h>
 

@@ -1,9 +1,9 @@
-// The GPU-resident mlp run as a sim/lp_trainer.hpp LowPrecisionTrainer. Plain C++ header.
+// The GPU-resident mlp run as a model/trainer.hpp LowPrecisionTrainer. Plain C++ header.
 #pragma once
 
 #include <memory>
 
-#include "sim/lp_trainer.hpp"
+#include "model/trainer.hpp"
 
 namespace fp4d::cuda {
 

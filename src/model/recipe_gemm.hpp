@@ -3,7 +3,7 @@
 // weights, RHT-16 on the Wgrad operands, SR on gradients, ...) and multiplies them with the
 // CPU emulation (gemm_emulated.hpp) or a backend's product (the CUDA tensor-core GEMM).
 //
-// Recipes: every GEMM recipe of gemm_experiment.hpp (bf16, fp8, fp8-tensor, mxfp4*, nvfp4 and
+// Recipes: every GEMM recipe of quant/training_recipe.hpp (bf16, fp8, fp8-tensor, mxfp4*, nvfp4 and
 // its -no-sr/-no-rht/-no-2d/-sr8 ablations) and `fp32` (no quantization: the plain float32
 // product, ascending k - the "every format set to FP32" run). `high_precision_layers` keeps
 // the listed layers in `edge_recipe` (BF16 by default), as the NVFP4 paper keeps the first and
@@ -21,32 +21,12 @@
 #include <utility>
 #include <vector>
 
+#include "model/mlp_spec.hpp"
+#include "model/trainer.hpp"
 #include "quant/quantized.hpp"
-#include "sim/gemm_experiment.hpp"
-#include "sim/mlp.hpp"
+#include "quant/training_recipe.hpp"
 
 namespace fp4d {
-
-struct RecipeGemmOptions {
-  std::string recipe = "nvfp4";           // a GEMM recipe name or "fp32"
-  std::string edge_recipe = "bf16";
-  std::vector<int> high_precision_layers;  // layers run with edge_recipe
-  std::uint64_t seed = 0;
-  QuantizedProduct product;               // empty: the CPU emulation
-};
-
-// Statistics slot of an operand: layer * 6 + role * 2 + operand (0 = first, 1 = second).
-struct OperandRecord {
-  double nmse = 0, bias = 0, clipped_fraction = 0, underflow_fraction = 0;
-  double zero_scale_fraction = 0, subnormal_scale_fraction = 0;  // of the blocks
-};
-
-// The SR seed of step `step` of a run seeded `seed`, and the Philox stream of a GEMM operand
-// (operand 0 = first, 1 = second): what RecipeGemm uses, for backends that quantize themselves.
-std::uint64_t recipe_step_seed(std::uint64_t seed, std::int64_t step);
-inline std::uint64_t recipe_operand_stream(int layer, GemmRole role, int operand) {
-  return static_cast<std::uint64_t>(layer) * 8 + static_cast<std::uint64_t>(role) * 2 + static_cast<std::uint64_t>(operand);
-}
 
 class RecipeGemm {
  public:

@@ -1,4 +1,4 @@
-#include "sim/recipe_gemm.hpp"
+#include "model/recipe_gemm.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -10,13 +10,6 @@ namespace fp4d {
 
 namespace {
 
-// splitmix64: decorrelates (seed, step) into an SR seed.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 OperandRecord record_of(const QuantizedTensor& q) {
   OperandRecord r;
@@ -33,9 +26,6 @@ OperandRecord record_of(const QuantizedTensor& q) {
 
 }  // namespace
 
-std::uint64_t recipe_step_seed(std::uint64_t seed, std::int64_t step) {
-  return mix(seed ^ mix(static_cast<std::uint64_t>(step)));
-}
 
 RecipeGemm::RecipeGemm(RecipeGemmOptions opt, int layers) : opt_(std::move(opt)), layers_(layers) {
   plain_fp32_ = opt_.recipe == "fp32";
@@ -57,7 +47,7 @@ const std::string& RecipeGemm::recipe_name(int layer) const {
   return edge ? opt_.edge_recipe : opt_.recipe;
 }
 
-// NT form C = A B^T (gemm_experiment.hpp): fprop A = X, B = W; dgrad A = dY, B = W^T;
+// NT form C = A B^T (quant/training_recipe.hpp): fprop A = X, B = W; dgrad A = dY, B = W^T;
 // wgrad A = X^T, B = dY^T (C = X^T dY, in x out). Returns false for a plain fp32 call
 // (a_plain, b_plain set), true with the quantized operands (statistics recorded) otherwise.
 bool RecipeGemm::quantize_call(const GemmCall& call, const Matrix& first, const Matrix& second, QuantizedTensor* qa,
