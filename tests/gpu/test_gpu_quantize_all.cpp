@@ -55,6 +55,7 @@ void check_same(const QuantizedTensor& gpu, const QuantizedTensor& cpu) {
   for (std::size_t i = 0; i < cpu.dequantized.data.size(); ++i) bad += !same_bits(gpu.dequantized.data[i], cpu.dequantized.data[i]);
   CHECK(bad == 0);
   CHECK(std::memcmp(&gpu.stats.nmse, &cpu.stats.nmse, sizeof(double)) == 0);  // NaN-safe, bit for bit
+  CHECK(std::memcmp(&gpu.stats.underflow_fraction, &cpu.stats.underflow_fraction, sizeof(double)) == 0);
   CHECK(gpu.stats.zero_scale_blocks == cpu.stats.zero_scale_blocks);
 }
 

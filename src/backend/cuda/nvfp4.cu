@@ -6,9 +6,6 @@
 //                      same result in any order (deterministic).
 //  quantize_simple<In> one thread per scale block (1x16 block or 16x16 tile): the spec's loop,
 //                      every layout and shape, partial blocks zero-padded (padding codes 0).
-//  quantize_1x16_vec   float32, 1x16, cols % 16 == 0: coalesced float4 loads staged through
-//                      shared memory (swizzled), then one thread per block (the first fast
-//                      kernel; kept as Nvfp4Kernel::Vectorized and as a benchmark baseline).
 //  quantize_1x16_owner<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
 //                      load (4 floats or 8 BF16), block amaxes reduce-scattered by __shfl_xor,
 //                      one owner lane per block computes its scales and broadcasts them; every
@@ -23,7 +20,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/bench_timer.cuh"
@@ -58,7 +54,6 @@ struct QuantArgs {
   float* dequantized;                // rows x cols (unpadded), optional
   std::uint16_t* bf16_unscaled;      // rows x cols (unpadded) BF16 bits of q * S_b, optional
   unsigned long long* clipped;       // optional
-  bool alu_e2m1 = false;             // benchmark only: the RNE path's previous bit-arithmetic E2M1
 };
 
 // Input element -> float32. BF16 is the top half of a float32, so the conversion is exact.
@@ -225,84 +220,6 @@ __global__ void __launch_bounds__(kThreads)
   if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
 }
 
-// 1x16, cols % 16 == 0 (so padded_cols == cols and the element index is the linear index).
-// A CTA takes kThreads consecutive blocks (kThreads * 16 floats): coalesced float4 loads
-// (float4 f of the CTA is quarter f & 3 of block f >> 2) into shared memory, then one thread
-// per block. Shared slots are XOR-swizzled (quarter q of block b at 4b + (q ^ ((b >> 1) & 3)))
-// so that neither the stores nor the per-block float4 reads have bank conflicts. Codes are
-// stored 8 bytes per block (a warp writes 256 contiguous bytes), scales 1 byte per block.
-__device__ __forceinline__ int swizzled_slot(int b, int q) { return 4 * b + (q ^ ((b >> 1) & 3)); }
-
-template <Rounding R>
-__global__ void __launch_bounds__(kThreads) quantize_1x16_vec_kernel(const float4* __restrict__ x4, std::int64_t n4,
-                                                                     QuantArgs a) {
-  __shared__ float4 tile[kThreads * 4];  // 16 KiB
-  const GlobalScale g = kernel_global(a);
-  const std::int64_t cta0 = static_cast<std::int64_t>(blockIdx.x) * (kThreads * 4);  // first float4
-  {
-    float4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const std::int64_t i = cta0 + k * kThreads + threadIdx.x;
-      v[k] = i < n4 ? __ldcs(x4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int f = k * kThreads + static_cast<int>(threadIdx.x);
-      tile[swizzled_slot(f >> 2, f & 3)] = v[k];
-    }
-  }
-  __syncthreads();
-  const int b = static_cast<int>(threadIdx.x);
-  const std::int64_t blk = cta0 / 4 + b;  // global block index
-  const bool in = cta0 + 4 * b < n4;      // n4 is a multiple of 4: whole blocks only
-  float e[kBlock];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const float4 t = tile[swizzled_slot(b, q)];
-    e[4 * q] = t.x;
-    e[4 * q + 1] = t.y;
-    e[4 * q + 2] = t.z;
-    e[4 * q + 3] = t.w;
-  }
-  // Block amax as the max of the |x| keys (NaN -> 0): the same float as the reference's
-  // max_ignore_nan fold from 0 (keys order non-NaN magnitudes as floats do), fewer instructions.
-  std::uint32_t key = 0;
-#pragma unroll
-  for (int j = 0; j < kBlock; ++j) key = max(key, amax_key_dev(e[j]));
-  const float amax = bits_float(key);
-  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
-  const float e_b = nvfp4_block_encode_scale(s, g.decode);
-  const bool scale_nonzero = (s & 0x7fu) != 0;
-  const auto first = static_cast<std::uint64_t>(16 * blk);
-  unsigned clipped = 0;
-  unsigned long long packed = 0;
-  std::uint8_t q[kBlock];
-#pragma unroll
-  for (int j = 0; j < kBlock; ++j) {
-    bool clip;
-    const float y = clamp_e2m1_range(e[j] * e_b, &clip);
-    clipped += clip && scale_nonzero;
-    q[j] = round_e2m1<R>(y, a.r, first + j);
-    packed |= static_cast<unsigned long long>(q[j]) << (4 * j);
-  }
-  if (in) {
-    reinterpret_cast<unsigned long long*>(a.codes)[blk] = packed;
-    a.scales[blk] = s;
-    if (a.dequantized) {
-      float4* d4 = reinterpret_cast<float4*>(a.dequantized) + 4 * blk;
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        d4[k] = make_float4(nvfp4_dequantize(q[4 * k], s, g.decode), nvfp4_dequantize(q[4 * k + 1], s, g.decode),
-                            nvfp4_dequantize(q[4 * k + 2], s, g.decode), nvfp4_dequantize(q[4 * k + 3], s, g.decode));
-    }
-  }
-  if (a.clipped) {
-    clipped = __reduce_add_sync(0xffffffffu, in ? clipped : 0u);
-    if ((threadIdx.x & 31u) == 0 && clipped) atomicAdd(a.clipped, static_cast<unsigned long long>(clipped));
-  }
-}
-
 // ---- quantize_1x16_lanes: 1x16, cols % 16 == 0 (padded_cols == cols: element index = linear
 // index). Lane v of the grid owns 16-byte vector v (elements kElems*v ..), so a 1x16 block is
 // kLanes = 16 / kElems adjacent lanes of one warp (2 for BF16, 4 for float): their loads, code
@@ -384,7 +301,7 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
     if constexpr (Extras) clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks: underflow
   }
   const auto first = static_cast<std::uint64_t>(v) * N;
-  if (R == Rounding::NearestEven && !Extras && no_nan && !a.bf16_unscaled && !a.alu_e2m1) {
+  if (R == Rounding::NearestEven && !Extras && no_nan && !a.bf16_unscaled) {
     // The ALU pipe bounds this kernel (ncu): round on the FMA pipe (e2m1_rne_magnitude_fma,
     // = e2m1_rne_not_nan on every non-NaN input), pack by Horner's rule and funnel shifts
     // (e2m1_rne_pack_fma, the dual kernel's form).
@@ -552,21 +469,6 @@ void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, 
   check(cudaGetLastError(), "quantize_simple_kernel launch");
 }
 
-// The staged float4 kernel (Nvfp4Kernel::Vectorized). It writes no BF16 output.
-void launch_vec(const float* d_x, std::int64_t rows, std::int64_t cols, const QuantArgs& a, cudaStream_t st) {
-  if (a.bf16_unscaled) throw std::logic_error("nvfp4 cuda: the staged kernel has no BF16 output");
-  const std::int64_t n4 = rows * cols / 4;
-  if (n4 == 0) return;
-  const unsigned g = grid_of(n4, kThreads * 4);
-  const auto* x4 = reinterpret_cast<const float4*>(d_x);
-  switch (a.r.mode) {
-    case Rounding::NearestEven: quantize_1x16_vec_kernel<Rounding::NearestEven><<<g, kThreads, 0, st>>>(x4, n4, a); break;
-    case Rounding::TowardZero: quantize_1x16_vec_kernel<Rounding::TowardZero><<<g, kThreads, 0, st>>>(x4, n4, a); break;
-    case Rounding::Stochastic: quantize_1x16_vec_kernel<Rounding::Stochastic><<<g, kThreads, 0, st>>>(x4, n4, a); break;
-  }
-  check(cudaGetLastError(), "quantize_1x16_vec_kernel launch");
-}
-
 template <class In, Rounding R, bool Extras>
 void launch_owner_t(const In* d_x, std::int64_t n, const QuantArgs& a, cudaStream_t st) {
   using V = Vec16<In>;
@@ -687,24 +589,12 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   res.copy_s = time_best("cudaMemcpyAsync(D2D) (bench)", [&] {
     check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
   });
-  // Quantize-only variants: the BF16 q * S_b output, the staged kernel (it needs whole
-  // blocks per row).
-  const bool whole_blocks = cols % kBlock == 0;
+  // Quantize-only variant: the BF16 q * S_b output (the emulated GEMM's operand).
   QuantArgs with_bf16 = a;
   with_bf16.bf16_unscaled = dbf16.p;
-  QuantArgs alu = a;
-  alu.alu_e2m1 = true;
-  res.variants.push_back({"owner kernel, E2M1 RNE on the ALU pipe (previous)",
-                          time_best("quantize, ALU E2M1 (bench)",
-                                    [&] { quantize_1x16_device(dx.p, rows, cols, alu, nullptr); })});
   res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
                           time_best("quantize + bf16 (bench)",
                                     [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
-  if constexpr (std::is_same_v<In, float>)
-    if (whole_blocks)
-      res.variants.push_back({"staged float4 kernel (previous)", time_best("staged quantize (bench)", [&] {
-                              launch_vec(dx.p, rows, cols, a, nullptr);
-                            })});
   return res;
 }
 
@@ -772,10 +662,9 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   const std::int64_t pcols = (cols + kBlock - 1) / kBlock * kBlock;
   check_sr_range(spec.rounding, rows, pcols);
   const bool vec = !two_d && cols % kBlock == 0;
-  if ((kernel == Nvfp4Kernel::Vectorized || kernel == Nvfp4Kernel::Lanes) && !vec)
-    throw std::invalid_argument("nvfp4_quantize_cuda: the fast kernels need 1x16 blocks and cols % 16 == 0");
+  if (kernel == Nvfp4Kernel::Lanes && !vec)
+    throw std::invalid_argument("nvfp4_quantize_cuda: the lanes kernel needs 1x16 blocks and cols % 16 == 0");
   // Auto: the lanes kernel (its buffers below are cudaMalloc'd, hence aligned).
-  const bool use_staged = vec && kernel == Nvfp4Kernel::Vectorized;
   const bool use_lanes = vec && (kernel == Nvfp4Kernel::Lanes || kernel == Nvfp4Kernel::Auto);
 
   out.rows = rows;
@@ -811,11 +700,8 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   a.dequantized = dequantize ? ddeq.p : nullptr;
   a.clipped = dclipped.p;
   if (use_lanes) launch_lanes(dx.p, rows, cols, a, nullptr);
-  else if (use_staged) launch_vec(dx.p, rows, cols, a, nullptr);
   else launch_simple(dx.p, rows, cols, br, a, nullptr);
-  check(cudaDeviceSynchronize(), use_lanes    ? "quantize_1x16_owner_kernel"
-                                 : use_staged ? "quantize_1x16_vec_kernel"
-                                              : "quantize_simple_kernel");
+  check(cudaDeviceSynchronize(), use_lanes ? "quantize_1x16_owner_kernel" : "quantize_simple_kernel");
 
   std::uint32_t key = 0;
   GlobalScale g{};
@@ -842,14 +728,6 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
 Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype) {
   return dtype == InputDtype::Bf16 ? quantize_bench<std::uint16_t>(rows, cols, repeat)
                                    : quantize_bench<float>(rows, cols, repeat);
-}
-
-double nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, double* copy_gbps,
-                                 double* quantize_only_s) {
-  const Nvfp4BenchResult r = nvfp4_quantize_cuda_bench(rows, cols, repeat, InputDtype::F32);
-  if (copy_gbps) *copy_gbps = r.copy_gbps();
-  if (quantize_only_s) *quantize_only_s = r.quantize_only_s;
-  return r.amax_and_quantize_s;
 }
 
 }  // namespace fp4d::cuda

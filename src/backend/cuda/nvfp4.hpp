@@ -25,14 +25,11 @@ namespace fp4d::cuda {
 // Which quantize kernel the host wrapper launches.
 //  Auto:       Lanes where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
 //  Simple:     one thread per 1x16 block or 16x16 tile; every layout and shape.
-//  Vectorized: 1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): the
-//              first fast kernel, float4 loads staged through shared memory, one thread per
-//              block. Kept as a second implementation to test against and as a baseline.
-//  Lanes:      1x16 with cols % 16 == 0 only (throws otherwise): 4 lanes per block (2 for
-//              BF16 input), each one 16-byte load, block amax by warp shuffles, one owner
-//              lane per block computing its scales, no shared memory; the device-pointer
-//              API's fast path. Every rounding mode.
-enum class Nvfp4Kernel { Auto, Simple, Vectorized, Lanes };
+//  Lanes:      1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): 4
+//              lanes per block (2 for BF16 input), each one 16-byte load, block amax by warp
+//              shuffles, one owner lane per block computing its scales, no shared memory; the
+//              device-pointer API's fast path. Every rounding mode.
+enum class Nvfp4Kernel { Auto, Simple, Lanes };
 
 // Same contract as fp4d::nvfp4_quantize_cpu: x in the stored orientation (blocks along its
 // rows), spec.scheme Nvfp4 with 1x16 blocks or 16x16 tiles; fills out.rows/cols/padded_cols/
@@ -118,17 +115,5 @@ struct Nvfp4BenchResult {
   double copy_gbps() const { return 2.0 * input_bytes() / copy_s * 1e-9; }
 };
 Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype);
-
-// The float32 benchmark in its first form: returns amax + quantize seconds; *copy_gbps (if
-// not null) the copy bandwidth counting read + write, *quantize_only_s the quantize kernel
-// alone. Effective quantize bandwidth: nvfp4_quantize_bench_bytes / time.
-double nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, double* copy_gbps,
-                                 double* quantize_only_s = nullptr);
-// Bytes counted for the float32 quantize benchmark: input read (4 B/elem) + codes
-// (0.5 B/elem) + scales (1/16 B/elem).
-inline double nvfp4_quantize_bench_bytes(std::int64_t rows, std::int64_t cols) {
-  const double n = static_cast<double>(rows) * static_cast<double>(cols);
-  return n * 4.0 + n * 0.5 + n / 16.0;
-}
 
 }  // namespace fp4d::cuda
