@@ -321,8 +321,6 @@ __global__ void nvfp4_alpha_kernel(const std::uint32_t* key_a, const std::uint32
 }
 
 using bench_data::blocks_for;
-using bench_data::fill_kernel;
-using bench_data::to_bf16_kernel;
 
 }  // namespace
 
@@ -337,10 +335,10 @@ GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, in
   DeviceBuffer<std::uint16_t> a16(static_cast<std::size_t>(na), "cudaMalloc"), b16(static_cast<std::size_t>(nb), "cudaMalloc");
   DeviceBuffer<float> c(static_cast<std::size_t>(M * N), "cudaMalloc (C)");
   constexpr int T = 256;
-  fill_kernel<<<blocks_for(na, T), T>>>(a.p, na, 1u);
-  fill_kernel<<<blocks_for(nb, T), T>>>(b.p, nb, 2u);
-  to_bf16_kernel<<<blocks_for(na, T), T>>>(a.p, a16.p, na);
-  to_bf16_kernel<<<blocks_for(nb, T), T>>>(b.p, b16.p, nb);
+  bench_data::fill(a.p, na, 1u);
+  bench_data::fill(b.p, nb, 2u);
+  bench_data::fill(a16.p, na, 1u);  // a and b rounded to BF16
+  bench_data::fill(b16.p, nb, 2u);
   check(cudaGetLastError(), "bench setup kernels");
 
   BenchTimer timer;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/bench_data.cuh"
 #include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
@@ -535,28 +536,6 @@ void quantize_1x16_device(const In* d_x, std::int64_t rows, std::int64_t cols, c
   else launch_simple(d_x, rows, cols, 1, a, st);
 }
 
-// Deterministic bench input: log-uniform magnitudes over 2^-20 .. 2^4 with random signs
-// (float32, or rounded to BF16).
-__device__ __forceinline__ float bench_value(std::int64_t i) {
-  std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ static_cast<std::uint32_t>(i >> 32);
-  h ^= h >> 16;
-  h *= 0x85EBCA6Bu;
-  h ^= h >> 13;
-  h *= 0xC2B2AE35u;
-  h ^= h >> 16;
-  const std::uint32_t e = 107u + (h >> 27) % 24u;  // biased exponent 2^-20 .. 2^3
-  return bits_float(((h & 1u) << 31) | (e << 23) | ((h >> 4) & 0x7fffffu));
-}
-__device__ __forceinline__ void store_bench(float* x, std::int64_t i) { x[i] = bench_value(i); }
-__device__ __forceinline__ void store_bench(std::uint16_t* x, std::int64_t i) { x[i] = bf16_rne_bits(bench_value(i)); }
-
-template <class In>
-__global__ void fill_bench_kernel(In* x, std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    store_bench(x, i);
-}
-
 template <class In>
 Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat) {
   if (rows <= 0 || cols <= 0 || repeat <= 0) throw std::invalid_argument("nvfp4_quantize_cuda_bench: bad arguments");
@@ -567,9 +546,9 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   DeviceBuffer<std::uint8_t> dscales(upadded / kBlock, "cudaMalloc(bench scales)");
   DeviceBuffer<std::uint16_t> dbf16(un, "cudaMalloc(bench bf16 unscaled)");
   DeviceBuffer<std::uint32_t> dkey(1, "cudaMalloc(bench amax key)");
-  fill_bench_kernel<In><<<1024, kThreads>>>(dx.p, n);
-  check(cudaGetLastError(), "fill_bench_kernel launch");
-  check(cudaDeviceSynchronize(), "fill_bench_kernel");
+  bench_data::fill(dx.p, n, 1u);
+  check(cudaGetLastError(), "bench data kernel launch");
+  check(cudaDeviceSynchronize(), "bench data kernel");
 
   const QuantArgs a = make_args(GlobalScale{}, dkey.p, RoundingSpec{}, false, dcodes.p, dscales.p);
   BenchTimer timer;

@@ -867,15 +867,15 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   check_shape(rows, cols);
   if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
   const std::int64_t n = rows * cols;
-  DeviceBuffer<float> xf(static_cast<std::size_t>(n));
+  DeviceBuffer<float> xf(bf16_input ? 0 : static_cast<std::size_t>(n));
   DeviceBuffer<std::uint16_t> xb(bf16_input ? static_cast<std::size_t>(n) : 0);
   DeviceBuffer<std::uint8_t> rc(static_cast<std::size_t>(n / 2)), rs(static_cast<std::size_t>(n / 16)),
       cc(static_cast<std::size_t>(n / 2)), cs(static_cast<std::size_t>(n / 16));
   DeviceBuffer<GlobalScale> g(2);
   DeviceBuffer<std::uint32_t> keys(2);
-  bench_data::fill_kernel<<<bench_data::blocks_for(n, 256), 256>>>(xf.p, n, 3u);
-  if (bf16_input) bench_data::to_bf16_kernel<<<bench_data::blocks_for(n, 256), 256>>>(xf.p, xb.p, n);
-  check(cudaGetLastError(), "bench data kernels");
+  if (bf16_input) bench_data::fill(xb.p, n, 3u);
+  else bench_data::fill(xf.p, n, 3u);
+  check(cudaGetLastError(), "bench data kernel");
   DualSpec spec;
   spec.col_rht = rht;
   spec.rht_sign_mask = kTeRhtSignMask;
