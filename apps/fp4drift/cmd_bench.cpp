@@ -12,6 +12,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.hpp"
+#include "backend/cuda/bench.hpp"
 #include "commands.hpp"
 #include "quant/fp8_scaled.hpp"
 #include "quant/mxfp4.hpp"
@@ -21,10 +23,6 @@
 #include "quant/ref_operand.hpp"
 #include "ref/exact_block_gemm.hpp"
 #include "ref/reference_gemm.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/nvfp4.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
-#endif
 #include "sim/generators.hpp"
 
 namespace fp4d::cli {
@@ -142,9 +140,6 @@ int run_bench_gemm_ref(const BenchArgs& a) {
 // bytes read once + written (input + codes + scales) and (b) the bytes actually moved (the
 // separate amax pass reads the input a second time).
 int run_bench_quantize_cuda(const BenchArgs& a) {
-#if defined(FP4DRIFT_WITH_CUDA)
-  std::string why;
-  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
   if (a.cuda_dtype != "bf16" && a.cuda_dtype != "f32") throw UsageError("--dtype must be bf16 or f32");
   const auto dtype = a.cuda_dtype == "bf16" ? cuda::InputDtype::Bf16 : cuda::InputDtype::F32;
   const cuda::Nvfp4BenchResult r = cuda::nvfp4_quantize_cuda_bench(a.cuda_rows, a.cuda_cols, a.repeat, dtype);
@@ -192,10 +187,17 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
     std::printf("    %-52s %10.4f ms %9.1f GB/s %6.1f%%\n", name.c_str(), s * 1e3, gbps(counted, s),
                 100 * gbps(counted, s) / copy);
   return 0;
-#else
-  (void)a;
-  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
-#endif
+}
+
+// A CUDA benchmark in a build without CUDA is refused as bad input (exit 2), as --backend cuda
+// is; a missing or failing device stays a run-time error.
+template <class F>
+int cuda_bench(F&& run) {
+  try {
+    return run();
+  } catch (const BackendUnavailable& e) {
+    throw UsageError(e.what());
+  }
 }
 
 // Whether an option was given on the command line.
@@ -242,13 +244,16 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
 int run_bench(const BenchArgs& a, const Given& given) {
   check_bench_options(a, given);
   if (a.what == "gemm-ref") return run_bench_gemm_ref(a);
-  if (a.what == "quantize-cuda") return run_bench_quantize_cuda(a);
-  if (a.what == "gemm-cuda") return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json);
+  if (a.what == "quantize-cuda") return cuda_bench([&] { return run_bench_quantize_cuda(a); });
+  if (a.what == "gemm-cuda") return cuda_bench([&] { return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json); });
   if (a.what == "mlp-ref") return run_bench_mlp_ref(a.mlp_width, a.mlp_batch, 3, a.repeat, a.json);
   if (a.what == "mlp-cuda")
-    return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096, a.mlp_steps,
-                              a.json);
-  if (a.what == "quantize-dual-cuda") return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json);
+    return cuda_bench([&] {
+      return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096,
+                                a.mlp_steps, a.json);
+    });
+  if (a.what == "quantize-dual-cuda")
+    return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json); });
   if (a.what != "quantize")
     throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");

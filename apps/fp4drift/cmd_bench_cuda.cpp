@@ -5,24 +5,17 @@
 // and the FP8 E4M3 tensor-core GEMM for reference. Best of --repeat, CUDA events.
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/bench.hpp"
 #include "commands.hpp"
 #include "sim/mlp_run.hpp"
 #include "util/config.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm.hpp"
-#include "backend/cuda/mlp.hpp"
-#include "backend/cuda/nvfp4_dual.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
-#endif
 
 namespace fp4d::cli {
 
 int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json) {
-#if defined(FP4DRIFT_WITH_CUDA)
-  std::string why;
-  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
   const cuda::GemmCudaBench r = cuda::gemm_cuda_bench(size, size, size, repeat);
   const double tf = r.flops() / 1e12;
   if (json) {
@@ -44,30 +37,28 @@ int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json) {
               tf / r.nvfp4_gemm_only_s);
   std::printf("  cuBLASLt FP8 E4M3 GEMM (per-tensor)     : %8.3f ms  %7.1f TFLOP/s\n", r.fp8_s * 1e3, tf / r.fp8_s);
   return 0;
-#else
-  (void)size, (void)repeat, (void)json;
-  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
-#endif
 }
 
 // fp4drift bench quantize-dual-cuda: rowwise + columnwise NVFP4 of a rows x cols BF16 tensor in
 // one pass (both amaxes included), with and without RHT-16 on the columnwise side and SR, against
 // the device-to-device copy bandwidth measured by bench quantize-cuda (not repeated here).
 int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool json) {
-#if defined(FP4DRIFT_WITH_CUDA)
-  std::string why;
-  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
   struct Case {
     const char* name;
     bool rht, sr;
   };
   const Case cases[] = {{"rne", false, false}, {"rht+sr", true, true}};
+  // Every case is measured before anything is printed: an error (no device, a build without
+  // CUDA) then comes alone.
+  cuda::DualBench results[std::size(cases)];
+  for (std::size_t i = 0; i < std::size(cases); ++i)
+    results[i] = cuda::nvfp4_quantize_dual_bench(rows, cols, true, cases[i].rht, cases[i].sr, repeat);
   if (json) {
     nlohmann::ordered_json j = {{"benchmark", "quantize-dual-cuda"}, {"rows", rows}, {"cols", cols},
                                 {"cases", nlohmann::ordered_json::array()}};
-    for (const Case& c : cases) {
-      const cuda::DualBench r = cuda::nvfp4_quantize_dual_bench(rows, cols, true, c.rht, c.sr, repeat);
-      j["cases"].push_back({{"name", c.name}, {"seconds", r.seconds}, {"amax_seconds", r.amax_seconds},
+    for (std::size_t i = 0; i < std::size(cases); ++i) {
+      const cuda::DualBench& r = results[i];
+      j["cases"].push_back({{"name", cases[i].name}, {"seconds", r.seconds}, {"amax_seconds", r.amax_seconds},
                             {"quantize_pass_cold_l2_seconds", r.quantize_seconds},
                             {"counted_bytes", r.counted_bytes}, {"gbps_counted", r.counted_bytes / r.seconds * 1e-9}});
     }
@@ -77,16 +68,13 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
   std::printf("fp4drift bench quantize-dual-cuda: rowwise + columnwise NVFP4 of %lld x %lld BF16, best of %d\n",
               static_cast<long long>(rows), static_cast<long long>(cols), repeat);
   std::printf("  bytes counted: input once + both codes and scales; every timed repetition from a cold L2\n");
-  for (const Case& c : cases) {
-    const cuda::DualBench r = cuda::nvfp4_quantize_dual_bench(rows, cols, true, c.rht, c.sr, repeat);
-    std::printf("  dual %-7s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms)  %8.1f GB/s counted\n", c.name,
-                r.seconds * 1e3, r.amax_seconds * 1e3, r.quantize_seconds * 1e3, r.counted_bytes / r.seconds * 1e-9);
+  for (std::size_t i = 0; i < std::size(cases); ++i) {
+    const cuda::DualBench& r = results[i];
+    std::printf("  dual %-7s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms)  %8.1f GB/s counted\n",
+                cases[i].name, r.seconds * 1e3, r.amax_seconds * 1e3, r.quantize_seconds * 1e3,
+                r.counted_bytes / r.seconds * 1e-9);
   }
   return 0;
-#else
-  (void)rows, (void)cols, (void)repeat, (void)json;
-  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
-#endif
 }
 
 // fp4drift bench mlp-cuda: the GPU-resident training step (backend/cuda/mlp.hpp), steps/s.
@@ -99,9 +87,6 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
 // prefetches them); the stats of each step (loss, lost updates) come back every step, as a
 // trace needs them.
 int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64_t batch, std::int64_t steps, bool json) {
-#if defined(FP4DRIFT_WITH_CUDA)
-  std::string why;
-  if (!cuda::device_available(&why)) throw std::runtime_error("no usable CUDA device: " + why);
   Config cfg = Config::load(config);
   const std::string workload = cfg.get_string("workload", "");
   if (workload != "mlp") throw UsageError(config + ": not an mlp config (workload = \"" + workload + "\")");
@@ -159,10 +144,6 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
   std::printf(", batch %lld); width model: 4 layers %lld -> %lld, batch %lld\n", static_cast<long long>(quick.model.batch),
               static_cast<long long>(width), static_cast<long long>(width), static_cast<long long>(batch));
   return 0;
-#else
-  (void)config, (void)width, (void)batch, (void)steps, (void)json;
-  throw UsageError("this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or nvcc not found at configure time)");
-#endif
 }
 
 }  // namespace fp4d::cli

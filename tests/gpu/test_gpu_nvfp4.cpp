@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/bench.hpp"
 #include "backend/cuda/nvfp4.hpp"
 #include "format/bf16.hpp"
 #include "format/philox.hpp"

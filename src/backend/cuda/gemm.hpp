@@ -58,17 +58,4 @@ struct AccumulatorProbe {
 };
 std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks);
 
-// ---- Benchmark (`fp4drift bench gemm-cuda`) ----
-struct GemmCudaBench {
-  std::int64_t M = 0, N = 0, K = 0;
-  double bf16_s = 0;             // cuBLASLt BF16 GEMM, BF16 inputs, FP32 output
-  double nvfp4_s = 0;            // emulated NVFP4 GEMM incl. amax + quantize of both BF16 operands
-  double nvfp4_gemm_only_s = 0;  // its GEMM alone (operands already decoded)
-  double fp8_s = 0;              // cuBLASLt FP8 E4M3 per-tensor GEMM (operands already FP8)
-  double flops() const { return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K); }
-};
-// BF16 operands A (M x K) and B (N x K) with deterministic values live on the device; times
-// are the best of `repeat` (CUDA events).
-GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, int repeat);
-
 }  // namespace fp4d::cuda

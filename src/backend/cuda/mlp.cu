@@ -1,7 +1,6 @@
 // The GPU-resident low-precision training step (see mlp.hpp for the semantics).
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -18,7 +17,6 @@
 #include "format/fp8.hpp"
 #include "model/mlp_math.hpp"
 #include "model/recipe_gemm.hpp"
-#include "sim/mlp.hpp"  // make_batch, init_state: the benchmark only
 #include "quant/nvfp4_math.hpp"
 
 namespace fp4d::cuda {
@@ -826,24 +824,6 @@ QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int 
                           : nv_tensor(y.dy->col, y.out, M, false, download_global(y.dy->globals->p + 1));
   }
   return {};
-}
-
-MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
-                            bool graphs) {
-  MlpCudaTrainer t(spec, opt, init_state<float>(spec));
-  t.set_cuda_graphs(graphs);
-  t.upload_batch(make_batch(spec, 0));
-  for (std::int64_t i = 0; i < warmup; ++i) t.step_on_uploaded_batch();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t i = 0; i < steps; ++i) t.step_on_uploaded_batch();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MlpCudaBench r;
-  r.recipe = opt.recipe;
-  r.launch_mode = t.launch_mode();
-  r.steps = steps;
-  r.step_s = s / static_cast<double>(std::max<std::int64_t>(steps, 1));
-  r.steps_per_s = r.step_s > 0 ? 1.0 / r.step_s : 0.0;
-  return r;
 }
 
 }  // namespace fp4d::cuda

@@ -95,19 +95,4 @@ class MlpCudaTrainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// ---- Benchmark (`fp4drift bench mlp-cuda`) ----
-struct MlpCudaBench {
-  std::string recipe;
-  std::string launch_mode;  // MlpCudaTrainer::launch_mode
-  double step_s = 0;        // mean seconds per step (steady state)
-  double steps_per_s = 0;
-  std::int64_t steps = 0;
-};
-// Times `steps` steps (after `warmup`) of the resident trainer on one batch uploaded once:
-// the step alone (data generation and transfer excluded, as a data loader prefetches them),
-// with its statistics (loss, lost updates) coming back to the host every step.
-// graphs: MlpCudaTrainer::set_cuda_graphs.
-MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
-                            bool graphs = true);
-
 }  // namespace fp4d::cuda

@@ -19,11 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
-#include <string>
-#include <vector>
 
-#include "backend/cuda/bench_data.cuh"
-#include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4.hpp"
@@ -536,47 +532,6 @@ void quantize_1x16_device(const In* d_x, std::int64_t rows, std::int64_t cols, c
   else launch_simple(d_x, rows, cols, 1, a, st);
 }
 
-template <class In>
-Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat) {
-  if (rows <= 0 || cols <= 0 || repeat <= 0) throw std::invalid_argument("nvfp4_quantize_cuda_bench: bad arguments");
-  const std::int64_t n = rows * cols, pcols = (cols + kBlock - 1) / kBlock * kBlock;
-  const auto un = static_cast<std::size_t>(n), upadded = static_cast<std::size_t>(rows * pcols);
-  DeviceBuffer<In> dx(un, "cudaMalloc(bench x)"), dcopy(un, "cudaMalloc(bench copy)");
-  DeviceBuffer<std::uint8_t> dcodes(upadded / 2, "cudaMalloc(bench codes)");
-  DeviceBuffer<std::uint8_t> dscales(upadded / kBlock, "cudaMalloc(bench scales)");
-  DeviceBuffer<std::uint16_t> dbf16(un, "cudaMalloc(bench bf16 unscaled)");
-  DeviceBuffer<std::uint32_t> dkey(1, "cudaMalloc(bench amax key)");
-  bench_data::fill(dx.p, n, 1u);
-  check(cudaGetLastError(), "bench data kernel launch");
-  check(cudaDeviceSynchronize(), "bench data kernel");
-
-  const QuantArgs a = make_args(GlobalScale{}, dkey.p, RoundingSpec{}, false, dcodes.p, dscales.p);
-  BenchTimer timer;
-  const auto time_best = [&timer, repeat](const char* what, auto&& body) { return timer.best_seconds(repeat, what, body); };
-  Nvfp4BenchResult res;
-  res.l2_bytes = static_cast<double>(timer.l2_bytes());
-  res.rows = rows;
-  res.cols = cols;
-  res.input_bytes_per_element = sizeof(In);
-  res.amax_and_quantize_s = time_best("amax + quantize (bench)", [&] {
-    launch_amax(dx.p, n, dkey.p, nullptr);
-    quantize_1x16_device(dx.p, rows, cols, a, nullptr);
-  });
-  res.quantize_only_s = time_best("quantize (bench)", [&] { quantize_1x16_device(dx.p, rows, cols, a, nullptr); });
-  res.amax_only_s = time_best("amax (bench)", [&] { launch_amax(dx.p, n, dkey.p, nullptr); });
-  const std::size_t bytes = un * sizeof(In);
-  res.copy_s = time_best("cudaMemcpyAsync(D2D) (bench)", [&] {
-    check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
-  });
-  // Quantize-only variant: the BF16 q * S_b output (the emulated GEMM's operand).
-  QuantArgs with_bf16 = a;
-  with_bf16.bf16_unscaled = dbf16.p;
-  res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
-                          time_best("quantize + bf16 (bench)",
-                                    [&] { quantize_1x16_device(dx.p, rows, cols, with_bf16, nullptr); })});
-  return res;
-}
-
 }  // namespace
 
 void nvfp4_amax_device(const float* d_x, std::int64_t n, std::uint32_t* d_amax_key, void* stream) {
@@ -702,11 +657,6 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   out.clipped = static_cast<std::int64_t>(clipped);
   // Scale values: e4m3_decode of the device's codes (the shared decode, no rounding involved).
   for (std::size_t i = 0; i < nscales; ++i) out.scale_values[i] = e4m3_decode(out.scale_codes[i]);
-}
-
-Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype) {
-  return dtype == InputDtype::Bf16 ? quantize_bench<std::uint16_t>(rows, cols, repeat)
-                                   : quantize_bench<float>(rows, cols, repeat);
 }
 
 }  // namespace fp4d::cuda

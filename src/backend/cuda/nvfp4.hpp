@@ -10,9 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "format/rounding.hpp"
 #include "quant/matrix.hpp"
@@ -87,33 +84,5 @@ void nvfp4_quantize_16x16_device_from_amax(const float* d_x, std::int64_t rows, 
                                            std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,
                                            std::uint16_t* d_bf16_unscaled = nullptr,
                                            GlobalScale* d_global_out = nullptr);
-
-// ---- Benchmark (fp4drift bench quantize-cuda) ----
-enum class InputDtype { F32, Bf16 };
-
-// Timings (seconds, best of `repeat`, CUDA events) of 1x16 RNE quantization (TE scale rule)
-// of a rows x cols tensor on the device (deterministic values), with the byte counts that
-// turn them into bandwidths. Bytes are decimal (GB = 1e9 B).
-struct Nvfp4BenchResult {
-  std::int64_t rows = 0, cols = 0;
-  double input_bytes_per_element = 4;
-  double amax_and_quantize_s = 0;  // amax kernel + quantize kernel (global scale from the key)
-  double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
-  double amax_only_s = 0;          // amax kernel alone
-  double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
-  double l2_bytes = 0;             // the device's L2, flushed (read over) before every timed repetition
-  // Quantize-only timings of other kernel configurations (name, seconds).
-  std::vector<std::pair<std::string, double>> variants;
-
-  double elements() const { return static_cast<double>(rows) * static_cast<double>(cols); }
-  double input_bytes() const { return elements() * input_bytes_per_element; }
-  // (a) bytes counted once: input read + codes (0.5 B/elem) + scales (1/16 B/elem).
-  double counted_bytes() const { return input_bytes() + elements() * (0.5 + 1.0 / 16.0); }
-  // (b) bytes moved by amax + quantize: the amax pass reads the input a second time.
-  double moved_bytes_amax_and_quantize() const { return counted_bytes() + input_bytes(); }
-  // The roofline: the copy's bandwidth counting read + write.
-  double copy_gbps() const { return 2.0 * input_bytes() / copy_s * 1e-9; }
-};
-Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype);
 
 }  // namespace fp4d::cuda

@@ -34,8 +34,6 @@
 #include <vector>
 
 #include "backend/cuda/async_copy.cuh"
-#include "backend/cuda/bench_data.cuh"
-#include "backend/cuda/bench_timer.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
@@ -589,26 +587,35 @@ void check_shape(std::int64_t rows, std::int64_t cols) {
 // as 4- to 16-byte words, at offsets that are multiples of those sizes; cudaMalloc's buffers
 // are 256-byte aligned, a view into one need not be, and a misaligned access would surface
 // as a sticky "misaligned address" error at some later CUDA call. Checked before any launch.
+struct BufferRule {
+  const void* p;
+  std::size_t align;
+  const char* what;
+};
+void check_buffer(const BufferRule& b) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(b.p);
+  if (b.p == nullptr) throw std::invalid_argument(std::string("dual NVFP4 quantization: no ") + b.what + " buffer (null)");
+  if (addr % b.align != 0)
+    throw std::invalid_argument(std::string("dual NVFP4 quantization: the ") + b.what + " buffer must be " +
+                                std::to_string(b.align) + "-byte aligned (its address is " +
+                                std::to_string(addr % b.align) + " bytes past a multiple)");
+}
+BufferRule input_rule(const void* d_x) { return {d_x, 16, "input"}; }
+BufferRule keys_rule(const std::uint32_t* d_keys) { return {d_keys, alignof(std::uint32_t), "amax keys"}; }
 void check_buffers(const void* d_x, const DualOutputs& out, const std::uint32_t* d_keys) {
-  const struct {
-    const void* p;
-    std::size_t align;
-    const char* what;
-  } bufs[] = {{d_x, 16, "input"},
-              {out.row_codes, 8, "row codes"},
-              {out.row_scales, 4, "row scales"},
-              {out.col_codes, 16, "column codes"},
-              {out.col_scales, 8, "column scales"},
-              {out.globals, alignof(GlobalScale), "global scales"},
-              {d_keys, alignof(std::uint32_t), "amax keys"}};
-  for (const auto& b : bufs) {
-    const auto addr = reinterpret_cast<std::uintptr_t>(b.p);
-    if (b.p == nullptr) throw std::invalid_argument(std::string("dual NVFP4 quantization: no ") + b.what + " buffer (null)");
-    if (addr % b.align != 0)
-      throw std::invalid_argument(std::string("dual NVFP4 quantization: the ") + b.what + " buffer must be " +
-                                  std::to_string(b.align) + "-byte aligned (its address is " +
-                                  std::to_string(addr % b.align) + " bytes past a multiple)");
-  }
+  const BufferRule bufs[] = {input_rule(d_x),
+                             {out.row_codes, 8, "row codes"},
+                             {out.row_scales, 4, "row scales"},
+                             {out.col_codes, 16, "column codes"},
+                             {out.col_scales, 8, "column scales"},
+                             {out.globals, alignof(GlobalScale), "global scales"},
+                             keys_rule(d_keys)};
+  for (const BufferRule& b : bufs) check_buffer(b);
+}
+// What the amax pass alone touches: the input and the keys.
+void check_amax_buffers(const void* d_x, const std::uint32_t* d_keys) {
+  check_buffer(input_rule(d_x));
+  check_buffer(keys_rule(d_keys));
 }
 
 // The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends
@@ -674,6 +681,22 @@ void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& 
   const auto st = static_cast<cudaStream_t>(stream);
   launch_amax_pass(d_x, rows, cols, spec, d_keys, st);
   launch_quantize_pass(d_x, rows, cols, spec, out, d_keys, st);
+}
+
+template <class T>
+void launch_amax_only(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, std::uint32_t* d_keys,
+                      void* stream) {
+  check_shape(rows, cols);
+  check_amax_buffers(d_x, d_keys);
+  launch_amax_pass(d_x, rows, cols, spec, d_keys, static_cast<cudaStream_t>(stream));
+}
+
+template <class T>
+void launch_quantize_only(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                          const DualOutputs& out, const std::uint32_t* d_keys, void* stream) {
+  check_shape(rows, cols);
+  check_buffers(d_x, out, d_keys);
+  launch_quantize_pass(d_x, rows, cols, spec, out, d_keys, static_cast<cudaStream_t>(stream));
 }
 
 std::uint32_t sign_mask(const RhtSpec& r) {
@@ -824,6 +847,24 @@ void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std
   launch(d_x, rows, cols, spec, out, d_keys, stream);
 }
 
+void nvfp4_quantize_dual_amax_pass(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                   std::uint32_t* d_keys, void* stream) {
+  launch_amax_only(d_x, rows, cols, spec, d_keys, stream);
+}
+void nvfp4_quantize_dual_amax_pass(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                   std::uint32_t* d_keys, void* stream) {
+  launch_amax_only(d_x, rows, cols, spec, d_keys, stream);
+}
+void nvfp4_quantize_dual_quantize_pass(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                       const DualOutputs& out, const std::uint32_t* d_keys, void* stream) {
+  launch_quantize_only(d_x, rows, cols, spec, out, d_keys, stream);
+}
+void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols,
+                                       const DualSpec& spec, const DualOutputs& out, const std::uint32_t* d_keys,
+                                       void* stream) {
+  launch_quantize_only(d_x, rows, cols, spec, out, d_keys, stream);
+}
+
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
                                         bool bf16_input) {
   const DualSpec spec = dual_spec(row_spec, col_spec);
@@ -861,42 +902,6 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
   h.row_global = gs[0];
   h.col_global = gs[1];
   return h;
-}
-
-DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat) {
-  check_shape(rows, cols);
-  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
-  const std::int64_t n = rows * cols;
-  DeviceBuffer<float> xf(bf16_input ? 0 : static_cast<std::size_t>(n));
-  DeviceBuffer<std::uint16_t> xb(bf16_input ? static_cast<std::size_t>(n) : 0);
-  DeviceBuffer<std::uint8_t> rc(static_cast<std::size_t>(n / 2)), rs(static_cast<std::size_t>(n / 16)),
-      cc(static_cast<std::size_t>(n / 2)), cs(static_cast<std::size_t>(n / 16));
-  DeviceBuffer<GlobalScale> g(2);
-  DeviceBuffer<std::uint32_t> keys(2);
-  if (bf16_input) bench_data::fill(xb.p, n, 3u);
-  else bench_data::fill(xf.p, n, 3u);
-  check(cudaGetLastError(), "bench data kernel");
-  DualSpec spec;
-  spec.col_rht = rht;
-  spec.rht_sign_mask = kTeRhtSignMask;
-  if (sr) {
-    spec.row_rounding.mode = spec.col_rounding.mode = Rounding::Stochastic;
-    spec.row_rounding.rng = RngStream{1, 1};
-    spec.col_rounding.rng = RngStream{1, 2};
-  }
-  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p};
-  BenchTimer timer;
-  const auto run = [&](auto&& f) {  // f(x) with the input of the benchmark's type
-    return bf16_input ? timer.best_seconds(repeat, "dual benchmark", [&] { f(static_cast<const std::uint16_t*>(xb.p)); })
-                      : timer.best_seconds(repeat, "dual benchmark", [&] { f(static_cast<const float*>(xf.p)); });
-  };
-  DualBench r;
-  r.seconds = run([&](const auto* x) { nvfp4_quantize_dual_device(x, rows, cols, spec, out, keys.p); });
-  r.amax_seconds = run([&](const auto* x) { launch_amax_pass(x, rows, cols, spec, keys.p, nullptr); });
-  // The quantize pass alone, from a cold L2 (keys from the amax pass just timed).
-  r.quantize_seconds = run([&](const auto* x) { launch_quantize_pass(x, rows, cols, spec, out, keys.p, nullptr); });
-  r.counted_bytes = static_cast<double>(n) * ((bf16_input ? 2.0 : 4.0) + 2.0 * (0.5 + 1.0 / 16.0));
-  return r;
 }
 
 }  // namespace fp4d::cuda

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "quant/matrix.hpp"
 #include "quant/nvfp4_math.hpp"
@@ -54,6 +55,18 @@ void nvfp4_quantize_dual_device(const float* d_x, std::int64_t rows, std::int64_
 // The same for BF16 input (raw bits; BF16 -> float32 is exact).
 void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
                                 const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
+// Its two passes one at a time (the benchmark times each): the amax pass (zeroes d_keys and
+// leaves both amax keys there) and the quantize pass (reads d_keys, writes `out`). Same shape
+// and buffer checks (the amax pass: the input and d_keys only).
+void nvfp4_quantize_dual_amax_pass(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                   std::uint32_t* d_keys, void* stream = nullptr);
+void nvfp4_quantize_dual_amax_pass(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                   std::uint32_t* d_keys, void* stream = nullptr);
+void nvfp4_quantize_dual_quantize_pass(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                                       const DualOutputs& out, const std::uint32_t* d_keys, void* stream = nullptr);
+void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols,
+                                       const DualSpec& spec, const DualOutputs& out, const std::uint32_t* d_keys,
+                                       void* stream = nullptr);
 
 // Host convenience (tests): codes, scale codes and global scales of both quantizations.
 // bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must then be a
@@ -65,16 +78,5 @@ struct DualHostResult {
 };
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
                                         bool bf16_input = false);
-
-// Benchmark: rows x cols BF16 (or float32) input on the device, best of `repeat` (CUDA events,
-// each repetition from a cold L2: bench_timer.cuh); bytes counted = input once + both codes and
-// scales.
-struct DualBench {
-  double seconds = 0;           // amax pass + quantize pass, back to back
-  double amax_seconds = 0;      // the amax pass alone (its key memset and kernel, as the real pass)
-  double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
-  double counted_bytes = 0;     // input once + both directions' codes and scales
-};
-DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat);
 
 }  // namespace fp4d::cuda

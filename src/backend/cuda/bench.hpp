@@ -1,0 +1,88 @@
+// The CUDA benchmarks (`fp4drift bench quantize-cuda | quantize-dual-cuda | gemm-cuda |
+// mlp-cuda`): their results and entry points. Plain C++ header (no CUDA types).
+//
+// Implemented above the kernels' public APIs, one file per benchmark (bench_quantize.cu,
+// bench_dual.cu, bench_gemm.cu, bench_mlp.cpp); a build without CUDA links
+// backend/no_cuda/bench.cpp instead, whose entries throw BackendUnavailable
+// (backend/backend.hpp), so the commands need no #if. Every entry first checks for a usable
+// device: std::runtime_error "no usable CUDA device: <why>" otherwise. Kernel timings are the
+// best of `repeat` (CUDA events), each repetition from a cold L2 (bench_timer.cuh), on
+// deterministic device data (bench_data.cuh). Bytes are decimal (GB = 1e9 B).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/mlp_spec.hpp"
+#include "quant/training_recipe.hpp"
+
+namespace fp4d::cuda {
+
+// ---- bench quantize-cuda ----
+enum class InputDtype { F32, Bf16 };
+
+// Timings (seconds) of 1x16 RNE quantization (TE scale rule) of a rows x cols tensor on the
+// device, with the byte counts that turn them into bandwidths.
+struct Nvfp4BenchResult {
+  std::int64_t rows = 0, cols = 0;
+  double input_bytes_per_element = 4;
+  double amax_and_quantize_s = 0;  // amax kernel + quantize kernel (global scale from the key)
+  double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
+  double amax_only_s = 0;          // amax kernel alone
+  double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
+  double l2_bytes = 0;             // the device's L2, flushed (read over) before every timed repetition
+  // Quantize-only timings of other kernel configurations (name, seconds).
+  std::vector<std::pair<std::string, double>> variants;
+
+  double elements() const { return static_cast<double>(rows) * static_cast<double>(cols); }
+  double input_bytes() const { return elements() * input_bytes_per_element; }
+  // (a) bytes counted once: input read + codes (0.5 B/elem) + scales (1/16 B/elem).
+  double counted_bytes() const { return input_bytes() + elements() * (0.5 + 1.0 / 16.0); }
+  // (b) bytes moved by amax + quantize: the amax pass reads the input a second time.
+  double moved_bytes_amax_and_quantize() const { return counted_bytes() + input_bytes(); }
+  // The roofline: the copy's bandwidth counting read + write.
+  double copy_gbps() const { return 2.0 * input_bytes() / copy_s * 1e-9; }
+};
+Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t rows, std::int64_t cols, int repeat, InputDtype dtype);
+
+// ---- bench quantize-dual-cuda ----
+// Rowwise + columnwise NVFP4 (nvfp4_dual.hpp) of a rows x cols BF16 (or float32) tensor;
+// bytes counted = input once + both codes and scales.
+struct DualBench {
+  double seconds = 0;           // amax pass + quantize pass, back to back
+  double amax_seconds = 0;      // the amax pass alone (its key memset and kernel, as the real pass)
+  double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
+  double counted_bytes = 0;     // input once + both directions' codes and scales
+};
+DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat);
+
+// ---- bench gemm-cuda ----
+// BF16 operands A (M x K) and B (N x K) live on the device.
+struct GemmCudaBench {
+  std::int64_t M = 0, N = 0, K = 0;
+  double bf16_s = 0;             // cuBLASLt BF16 GEMM, BF16 inputs, FP32 output
+  double nvfp4_s = 0;            // emulated NVFP4 GEMM incl. amax + quantize of both BF16 operands
+  double nvfp4_gemm_only_s = 0;  // its GEMM alone (operands already decoded)
+  double fp8_s = 0;              // cuBLASLt FP8 E4M3 per-tensor GEMM (operands already FP8)
+  double flops() const { return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K); }
+};
+GemmCudaBench gemm_cuda_bench(std::int64_t M, std::int64_t N, std::int64_t K, int repeat);
+
+// ---- bench mlp-cuda ----
+struct MlpCudaBench {
+  std::string recipe;
+  std::string launch_mode;  // MlpCudaTrainer::launch_mode
+  double step_s = 0;        // mean seconds per step (steady state)
+  double steps_per_s = 0;
+  std::int64_t steps = 0;
+};
+// Times `steps` steps (after `warmup`) of the resident trainer (mlp.hpp) on one batch uploaded
+// once, by the host's steady clock: the step alone (data generation and transfer excluded, as
+// a data loader prefetches them), with its statistics (loss, lost updates) coming back to the
+// host every step. graphs: MlpCudaTrainer::set_cuda_graphs.
+MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
+                            bool graphs = true);
+
+}  // namespace fp4d::cuda

@@ -1,0 +1,59 @@
+// bench quantize-dual-cuda (bench.hpp): rowwise + columnwise NVFP4 in one pass
+// (nvfp4_dual.hpp), both passes together and each alone.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/bench.hpp"
+#include "backend/cuda/bench_data.cuh"
+#include "backend/cuda/bench_device.hpp"
+#include "backend/cuda/bench_timer.cuh"
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/nvfp4_dual.hpp"
+#include "quant/rht.hpp"
+
+namespace fp4d::cuda {
+
+DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat) {
+  require_bench_device();
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
+    throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
+                                std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+  const std::int64_t n = rows * cols;
+  DeviceBuffer<float> xf(bf16_input ? 0 : static_cast<std::size_t>(n));
+  DeviceBuffer<std::uint16_t> xb(bf16_input ? static_cast<std::size_t>(n) : 0);
+  DeviceBuffer<std::uint8_t> rc(static_cast<std::size_t>(n / 2)), rs(static_cast<std::size_t>(n / 16)),
+      cc(static_cast<std::size_t>(n / 2)), cs(static_cast<std::size_t>(n / 16));
+  DeviceBuffer<GlobalScale> g(2);
+  DeviceBuffer<std::uint32_t> keys(2);
+  if (bf16_input) bench_data::fill(xb.p, n, 3u);
+  else bench_data::fill(xf.p, n, 3u);
+  check(cudaGetLastError(), "bench data kernel");
+  DualSpec spec;
+  spec.col_rht = rht;
+  spec.rht_sign_mask = kTeRhtSignMask;
+  if (sr) {
+    spec.row_rounding.mode = spec.col_rounding.mode = Rounding::Stochastic;
+    spec.row_rounding.rng = RngStream{1, 1};
+    spec.col_rounding.rng = RngStream{1, 2};
+  }
+  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p};
+  BenchTimer timer;
+  const auto run = [&](auto&& f) {  // f(x) with the input of the benchmark's type
+    return bf16_input ? timer.best_seconds(repeat, "dual benchmark", [&] { f(static_cast<const std::uint16_t*>(xb.p)); })
+                      : timer.best_seconds(repeat, "dual benchmark", [&] { f(static_cast<const float*>(xf.p)); });
+  };
+  DualBench r;
+  r.seconds = run([&](const auto* x) { nvfp4_quantize_dual_device(x, rows, cols, spec, out, keys.p); });
+  r.amax_seconds = run([&](const auto* x) { nvfp4_quantize_dual_amax_pass(x, rows, cols, spec, keys.p); });
+  // The quantize pass alone, from a cold L2 (keys from the amax pass just timed).
+  r.quantize_seconds = run([&](const auto* x) { nvfp4_quantize_dual_quantize_pass(x, rows, cols, spec, out, keys.p); });
+  r.counted_bytes = static_cast<double>(n) * ((bf16_input ? 2.0 : 4.0) + 2.0 * (0.5 + 1.0 / 16.0));
+  return r;
+}
+
+}  // namespace fp4d::cuda

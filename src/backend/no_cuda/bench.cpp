@@ -1,0 +1,24 @@
+// The CUDA benchmarks (backend/cuda/bench.hpp) of a build without CUDA: every entry throws
+// BackendUnavailable (throw_built_without_cuda), so the bench commands need no #if.
+#include "backend/backend.hpp"
+#include "backend/cuda/bench.hpp"
+
+namespace fp4d::cuda {
+
+Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t, std::int64_t, int, InputDtype) {
+  throw_built_without_cuda("bench quantize-cuda");
+}
+
+DualBench nvfp4_quantize_dual_bench(std::int64_t, std::int64_t, bool, bool, bool, int) {
+  throw_built_without_cuda("bench quantize-dual-cuda");
+}
+
+GemmCudaBench gemm_cuda_bench(std::int64_t, std::int64_t, std::int64_t, int) {
+  throw_built_without_cuda("bench gemm-cuda");
+}
+
+MlpCudaBench mlp_cuda_bench(const MlpSpec&, const RecipeGemmOptions&, std::int64_t, std::int64_t, bool) {
+  throw_built_without_cuda("bench mlp-cuda");
+}
+
+}  // namespace fp4d::cuda
