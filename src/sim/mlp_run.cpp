@@ -22,6 +22,7 @@
 #include "sim/batch_prefetch.hpp"
 #include "sim/parallel_runs.hpp"
 #include "trace/h5.hpp"
+#include "trace/output_file.hpp"
 #include "trace/row_journal.hpp"
 #include "trace/tensor_io.hpp"
 #include "util/checked_size.hpp"

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "trace/h5.hpp"
+#include "trace/output_file.hpp"
 #include "trace/tensor_io.hpp"
 
 namespace fp4d::sweep {

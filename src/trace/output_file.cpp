@@ -3,9 +3,20 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "trace/tensor_io.hpp"
+#include "util/version.hpp"
 
 namespace fp4d {
+
+void write_provenance(h5::Group root, const std::string& schema, int schema_version, const std::string& command_line) {
+  root.set_attr("schema", schema);
+  root.set_attr("schema_version", static_cast<std::int64_t>(schema_version));
+  root.set_attr("fp4drift_version", version_string());
+  root.set_attr("git_commit", git_commit());
+  root.set_attr("command_line", command_line);
+  root.set_attr("host", host_name());
+  root.set_attr("backend", std::string("cpu"));
+  root.set_attr("created", utc_now_iso8601());
+}
 
 OutputFile::OutputFile(const std::string& path, const std::string& schema, int schema_version,
                        const std::string& command_line) {

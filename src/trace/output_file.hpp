@@ -11,6 +11,11 @@
 
 namespace fp4d {
 
+// Root attributes every fp4drift output carries (docs/trace-format.md, "Common root
+// attributes"): schema name and version, fp4drift version and git commit, command line, host,
+// backend ("cpu"; a writer that knows better overwrites it), creation time.
+void write_provenance(h5::Group root, const std::string& schema, int schema_version, const std::string& command_line);
+
 class OutputFile {
  public:
   // An empty path means no output: enabled() is false and nothing is written. Throws

@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "util/checked_size.hpp"
-#include "util/version.hpp"
 
 namespace fp4d {
 
@@ -67,17 +66,6 @@ Matrix read_matrix(const TensorSource& src, h5::Dims* dims_out) {
   m.cols = shape.cols;
   if (dims_out) *dims_out = dims;
   return m;
-}
-
-void write_provenance(h5::Group root, const std::string& schema, int schema_version, const std::string& command_line) {
-  root.set_attr("schema", schema);
-  root.set_attr("schema_version", static_cast<std::int64_t>(schema_version));
-  root.set_attr("fp4drift_version", version_string());
-  root.set_attr("git_commit", git_commit());
-  root.set_attr("command_line", command_line);
-  root.set_attr("host", host_name());
-  root.set_attr("backend", std::string("cpu"));
-  root.set_attr("created", utc_now_iso8601());
 }
 
 void write_quantized(h5::Group g, const QuantizedTensor& q, const h5::Dims& input_dims) {

@@ -33,10 +33,6 @@ struct MatrixShape {
 };
 MatrixShape inspect_matrix(const TensorSource& src);
 
-// Root attributes every fp4drift output carries: schema name and version, fp4drift
-// version and git commit, command line, host, creation time, status.
-void write_provenance(h5::Group root, const std::string& schema, int schema_version, const std::string& command_line);
-
 // One quantization under group g: attributes describing the spec, codes, scales,
 // dequantized (with the input's dims), transformed (RHT), and a "stats" subgroup.
 void write_quantized(h5::Group g, const QuantizedTensor& q, const h5::Dims& input_dims);
