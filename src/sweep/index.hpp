@@ -1,7 +1,8 @@
-// The sweep's index file OUTDIR/sweep.h5 (schema fp4drift.sweep, docs/trace-format.md): an
-// external link to every run's trace, the summary tables of final metrics, the sweep file and
-// the provenance. Rewritten whole (temp name + rename) at a cadence and at the end, so a
-// reader never sees half an index.
+// What goes into the sweep's index OUTDIR/sweep.h5 (schema fp4drift.sweep, docs/trace-format.md):
+// an external link to every run's trace, the summary tables of final metrics, the sweep file
+// and the provenance, taken from the sweep's state. The layout is trace/sweep_index.hpp's.
+// Rewritten whole (temp name + rename) at a cadence and at the end, so a reader never sees
+// half an index.
 #pragma once
 
 #include <string>
