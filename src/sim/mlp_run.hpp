@@ -24,7 +24,8 @@
 // checkpoint every flush_every steps; a stop (SIGINT/SIGTERM) flushes and sets "interrupted",
 // an error sets "failed", the end "complete". --resume reopens it, drops the records after
 // the last checkpoint and continues from there bit-exactly (data and SR draws are functions
-// of (seed, step), the checkpoint holds every weight and optimizer state).
+// of (seed, step), the checkpoint holds every weight and optimizer state). The trace's layout
+// is trace/mlp_trace.hpp's, the checkpoint's trace/mlp_checkpoint.hpp's.
 #pragma once
 
 #include <atomic>
@@ -81,7 +82,24 @@ struct MlpRunControl {
 };
 
 enum class MlpRunOutcome { Complete, Interrupted };
-// Throws on errors (after marking the trace "failed" when it exists).
-MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl);
+
+// What a complete run's trace says at its end (docs/trace-format.md's names), for the
+// command's summary.
+struct MlpRunSummary {
+  double reference_final_loss = 0;                  // NaN without a reference
+  std::int64_t reference_first_nonfinite_step = -1;  // -1: the reference did not diverge
+  struct Run {
+    std::string recipe;
+    double final_loss = 0, final_rel_loss_gap = 0;
+    double final_weight_rel_error = 0;  // the last layer's at the last compare; NaN without compares
+    double growth_exponent = 0;         // weight_error_growth_exponent
+    std::int64_t first_nonfinite_step = -1;
+  };
+  std::vector<Run> runs;  // in the recipes' order
+};
+
+// Throws on errors (after marking the trace "failed" when it exists). summary, when given, is
+// filled when the run completes.
+MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRunSummary* summary = nullptr);
 
 }  // namespace fp4d
