@@ -17,10 +17,6 @@
 #include "commands.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
-#endif
 
 namespace fp4d::cli {
 
@@ -41,8 +37,7 @@ struct SweepRow {
   double gpu_rel = 0, cpu_rel = 0;  // relative Frobenius accumulation error
 };
 
-#if defined(FP4DRIFT_WITH_CUDA)
-std::vector<SweepRow> sweep(const AccumulatorArgs& a) {
+std::vector<SweepRow> sweep(const AccumulatorArgs& a, const Backend& device) {
   struct Path {
     const char* name;
     const char* recipe;
@@ -63,10 +58,10 @@ std::vector<SweepRow> sweep(const AccumulatorArgs& a) {
         for (Matrix* m : {&ops.first, &ops.second})
           for (float& v : m->data) v = std::fabs(v);
       for (const Path& p : paths) {
-        cuda::GpuGemmOptions gpu;
-        gpu.fp8_fast_accumulation = p.fast;
+        GemmProductOptions product;
+        product.fp8_fast_accumulation = p.fast;
         GemmExperimentOptions opt;
-        opt.product = [gpu](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B, gpu); };
+        opt.product = device.gemm_product(product);
         opt.product_path = p.name;
         const GemmResult r = run_gemm_experiment(ops, gemm_recipe(p.recipe), opt);
         SweepRow row;
@@ -82,7 +77,6 @@ std::vector<SweepRow> sweep(const AccumulatorArgs& a) {
     }
   return rows;
 }
-#endif
 
 // The values are checked before the device is looked for, so that a bad one is reported as
 // such on any build, and in the option's words.
@@ -97,13 +91,14 @@ void check_accumulator_options(const AccumulatorArgs& a) {
 
 int run_accumulator(const AccumulatorArgs& a) {
   check_accumulator_options(a);
-#if !defined(FP4DRIFT_WITH_CUDA)
-  throw UsageError("accumulator: this fp4drift was built without CUDA (FP4DRIFT_CUDA=OFF or no nvcc)");
-#else
-  std::string why;
-  if (!cuda::device_available(&why)) throw UsageError("accumulator: no usable CUDA device (" + why + ")");
-  const std::vector<cuda::AccumulatorProbe> probes = cuda::probe_accumulators(a.probe_ks);
-  const std::vector<SweepRow> rows = sweep(a);
+  const Backend& device = cuda_backend();
+  try {
+    device.require_available();
+  } catch (const BackendUnavailable& e) {
+    throw UsageError(std::string("accumulator: ") + e.what());
+  }
+  const std::vector<AccumulatorProbe> probes = device.probe_accumulators(a.probe_ks);
+  const std::vector<SweepRow> rows = sweep(a, device);
   if (a.json) {
     nlohmann::ordered_json j;
     j["probes"] = nlohmann::ordered_json::array();
@@ -137,7 +132,6 @@ int run_accumulator(const AccumulatorArgs& a) {
                 static_cast<long long>(r.K), r.gpu.min, r.gpu.p01, r.gpu.median, r.gpu_rel, r.cpu_fp32.min,
                 r.cpu_fp32.p01, r.cpu_fp32.median, r.cpu_rel);
   return 0;
-#endif
 }
 
 }  // namespace

@@ -15,10 +15,6 @@
 #include <cmath>
 
 #include "commands.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
-#endif
 
 #include "quant/quantize.hpp"
 #include "ref/exact_block_gemm.hpp"
@@ -201,8 +197,9 @@ void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::
 }
 
 int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& given) {
-  require_backend(a.backend);
-  if (a.fp8_fast_accumulation && a.backend != "cuda") throw UsageError("--fp8-fast-accumulation needs --backend cuda");
+  const Backend& backend = select_backend(a.backend);
+  if (a.fp8_fast_accumulation && !backend.is_device())
+    throw UsageError("--fp8-fast-accumulation needs a device backend (--backend cuda): it is a tensor-core mode");
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
   if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
   GemmOperands ops;
@@ -263,16 +260,16 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
   GemmExperimentOptions opt;
   opt.seed = a.seed;
   opt.draws = a.draws;
-  std::string gpu_path;  // the cuBLASLt path the last GPU product took
-#if defined(FP4DRIFT_WITH_CUDA)
-  cuda::GpuGemmOptions gpu;
-  gpu.fp8_fast_accumulation = a.fp8_fast_accumulation;
-  if (a.backend == "cuda")
-    opt.product = [gpu, &gpu_path](const QuantizedTensor& A, const QuantizedTensor& B) {
-      gpu_path = cuda::gemm_quantized_cuda_path(A, B, gpu);
-      return cuda::gemm_quantized_cuda(A, B, gpu);
+  std::string device_path;  // the path the last device product took
+  if (backend.is_device()) {
+    GemmProductOptions product_options;
+    product_options.fp8_fast_accumulation = a.fp8_fast_accumulation;
+    opt.product = [&backend, product_options, &device_path, product = backend.gemm_product(product_options)](
+                      const QuantizedTensor& A, const QuantizedTensor& B) {
+      device_path = backend.gemm_path(A, B, product_options);
+      return product(A, B);
     };
-#endif
+  }
   std::vector<GemmResult> results;
   bool exact_file_written = false;
   const auto started = std::chrono::steady_clock::now();
@@ -290,7 +287,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
       std::fprintf(stderr, "fp4drift gemm: recipe %s done (%zu of %zu), %.1f minutes so far\n", nm.c_str(),
                    results.size() + 1, names.size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60);
-    if (!gpu_path.empty()) r.product_path = gpu_path;
+    if (!device_path.empty()) r.product_path = device_path;
     if (file.enabled()) {
       h5::Group root = file.root();
       if (a.save_tensors && !exact_file_written) {
@@ -368,7 +365,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
     std::printf("%-20s %12.4e %12.4e %12.4e %12.4e %12.3e %7s\n", r.recipe.c_str(), r.total.rel_frobenius,
                 r.quantization.rel_frobenius, r.accumulation.rel_frobenius, r.accumulation_dequant_fp32.rel_frobenius,
                 r.total.bias, r.split_exact ? "exact" : "BROKEN");
-    if (a.backend == "cuda")
+    if (backend.is_device())
       std::printf("%-20s accumulation bits kept (-log2 |err| / sum|ab|): min %.1f, p01 %.1f, median %.1f "
                   "(FP32 sequential model: %.1f, %.1f, %.1f)\n%-20s via %s\n",
                   "", r.accumulation_bits.min, r.accumulation_bits.p01, r.accumulation_bits.median,

@@ -17,26 +17,11 @@
 #include "trace/output_file.hpp"
 #include "util/checked_size.hpp"
 #include "util/memory.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/nvfp4.hpp"
-#include "backend/cuda/quantize.hpp"
-#include "backend/cuda/shared_numerics_check.hpp"
-#endif
 #include "trace/tensor_io.hpp"
 
 namespace fp4d::cli {
 
 namespace {
-
-QuantizedTensor quantize_on_cuda(const Matrix& x, const QuantSpec& s) {
-#if defined(FP4DRIFT_WITH_CUDA)
-  return cuda::quantize_cuda(x, s);
-#else
-  (void)x;
-  (void)s;
-  throw UsageError("built without CUDA");
-#endif
-}
 
 struct QuantizeArgs {
   std::string input;
@@ -199,7 +184,7 @@ void refuse_unapplied_options(const QuantizeArgs& a, const Given& given) {
 }
 
 int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given, const Given& given) {
-  require_backend(a.backend);
+  const Backend& backend = select_backend(a.backend);
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
   if (!a.recipes.empty() && custom_given)
@@ -272,7 +257,7 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
 
   std::vector<std::pair<std::string, QuantizedTensor>> results;
   for (const auto& [name, s] : specs) {
-    QuantizedTensor q = a.backend == "cuda" ? quantize_on_cuda(x, s) : quantize_cpu(x, s);
+    QuantizedTensor q = backend.quantize(x, s);
     if (file.enabled()) write_quantized(file.root().require_group("recipes").create_group(name), q, dims);
     q.codes.clear();  // keep the statistics only
     q.codes16.clear();

@@ -21,11 +21,6 @@
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "trace/h5.hpp"
-#if defined(FP4DRIFT_WITH_CUDA)
-#include "backend/cuda/gemm.hpp"
-#include "backend/cuda/mlp.hpp"
-#include "backend/cuda/mlp_trainer.hpp"
-#endif
 #include "trace/output_file.hpp"
 #include "util/config.hpp"
 
@@ -111,7 +106,7 @@ class Progress {
 };
 
 int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
-  require_backend(a.backend);
+  const Backend& backend = select_backend(a.backend);
   if (a.out.empty()) throw UsageError("workload 'mlp' needs --out FILE: the trace is the run's result");
   if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
   if (!a.resume && std::filesystem::exists(a.out))
@@ -128,21 +123,17 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
   ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };
-#if defined(FP4DRIFT_WITH_CUDA)
-  if (a.backend == "cuda") {  // checked by require_backend
-    ctl.product = [](const QuantizedTensor& A, const QuantizedTensor& B) { return cuda::gemm_quantized_cuda(A, B); };
-    // Resident on the GPU where the recipe and shapes allow; otherwise the host quantizes and
-    // the GPU multiplies (the trace's gemm_path attribute says which, and a note says why).
-    ctl.trainer = [&a](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
-      const std::string why = cuda::mlp_cuda_unsupported(m, o);
-      if (why.empty()) return cuda::make_cuda_trainer(m, o, st, a.cuda_graphs == "on");
-      if (!a.json)
+  if (backend.is_device()) {
+    ctl.product = backend.gemm_product({});
+    TrainerOptions t;
+    t.cuda_graphs = a.cuda_graphs == "on";
+    if (!a.json)
+      t.on_host_fallback = [](const std::string& recipe, const std::string& why) {
         std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
-                     o.recipe.c_str(), why.c_str());
-      return make_cpu_trainer(m, o, st);
-    };
+                     recipe.c_str(), why.c_str());
+      };
+    ctl.trainer = backend.trainer_factory(t);
   }
-#endif
   Progress progress;
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
   std::signal(SIGINT, on_stop_signal);
@@ -246,15 +237,18 @@ int run_sum_dot_workload(const RunArgs& a, Config& cfg, const std::string& workl
 
 int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
-  if (a.backend != "cuda") require_backend(a.backend);  // cuda: checked per workload below
+  // The backend's name is checked here, whether it can run when the workload needs it (a sum
+  // or dot run is refused on a device before that).
+  if (!is_backend_name(a.backend)) throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
+  const Backend& backend = backend_named(a.backend);
   if (a.steps < 0) throw UsageError("--steps must be positive");
-  if (a.cuda_graphs == "off" && a.backend != "cuda")
+  if (a.cuda_graphs == "off" && !backend.is_device())
     throw UsageError("--cuda-graphs off: only --backend cuda launches graphs (this run is --backend " + a.backend + ")");
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");
   if (workload == "mlp") return run_mlp_workload(a, cfg, command_line);
   cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot or mlp");
-  if (a.backend == "cuda")
+  if (backend.is_device())
     throw UsageError("workload '" + workload + "' runs on the CPU only (its arithmetic is the format emulation; "
                      "--backend cuda is for the mlp workload)");
   if (a.resume)

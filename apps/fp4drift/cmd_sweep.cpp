@@ -28,14 +28,14 @@ struct SweepArgs {
 };
 
 int run_sweep(const SweepArgs& a, const std::string& command_line) {
-  if (a.backend_given && a.backend != "cpu" && a.backend != "cuda")
+  if (a.backend_given && !is_backend_name(a.backend))
     throw UsageError("--backend must be cpu or cuda, got '" + a.backend + "'");
   if (a.workers_given && (a.workers < 1 || a.workers > 4096))
     throw UsageError("--workers must be in [1, 4096], got " + std::to_string(a.workers));
   if (a.out_given && a.out.empty()) throw UsageError("--out: an empty directory name");
   sweep::Sweep s = sweep::load_sweep(a.sweep);
   if (a.backend_given) s.backend = a.backend;
-  if (s.backend != "cpu" && s.backend != "cuda") throw UsageError("--backend must be cpu or cuda");
+  if (!is_backend_name(s.backend)) throw UsageError("--backend must be cpu or cuda");
   if (a.workers_given) s.workers = a.workers;
   const std::string out = a.out.empty() ? s.out : a.out;
   if (a.dry_run) {
@@ -49,9 +49,10 @@ int run_sweep(const SweepArgs& a, const std::string& command_line) {
   // "filesystem error".
   if (std::filesystem::exists(out) && !std::filesystem::is_directory(out))
     throw UsageError("output directory '" + out + "' is not a directory (the sweep writes its runs and sweep.h5 under it)");
-  require_backend(s.backend);
-  if (const int ws = sweep::launcher_world_size(); ws > 1 || ws < 0) return sweep::run_mpi(s, out, static_cast<int>(s.workers), command_line);
-  return sweep::run_local(s, out, static_cast<int>(s.workers), command_line);
+  const std::vector<std::string> devices = select_backend(s.backend).devices();
+  if (const int ws = sweep::launcher_world_size(); ws > 1 || ws < 0)
+    return sweep::run_mpi(s, out, static_cast<int>(s.workers), devices, command_line);
+  return sweep::run_local(s, out, static_cast<int>(s.workers), devices, command_line);
 }
 
 }  // namespace

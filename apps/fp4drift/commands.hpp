@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backend/backend.hpp"
+
 namespace fp4d::cli {
 
 using Runner = std::function<int()>;
@@ -63,8 +65,8 @@ inline CLI::Option* add_seed_option(CLI::App& app, const std::string& name, std:
   return o;
 }
 
-// --backend: "cpu" or "cuda"; cuda needs a CUDA build and a usable device (UsageError with
-// the reason otherwise). backend.cpp.
-void require_backend(const std::string& backend);
+// --backend: the backend of that name (backend/backend.hpp), checked to be usable here: a
+// UsageError with the reason otherwise (an unknown name, a build without CUDA, no device).
+const Backend& select_backend(const std::string& name);
 
 }  // namespace fp4d::cli

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 
+#include "backend/backend.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "sweep/toml_text.hpp"
@@ -102,7 +103,7 @@ Sweep expand_sweep(const std::string& sweep_text, const std::string& sweep_sourc
   s.workers = cfg.get_int("workers", 1);
   cfg.require(s.workers >= 1 && s.workers <= 4096, "workers", "must be in [1, 4096]");
   s.backend = cfg.get_string("backend", "cpu");
-  cfg.require(s.backend == "cpu" || s.backend == "cuda", "backend", "must be cpu or cuda");
+  cfg.require(is_backend_name(s.backend), "backend", "must be cpu or cuda");
   cfg.mark_known("base");
 
   auto fail = [&](int line, const std::string& what) -> void {

@@ -21,7 +21,7 @@ int launcher_world_size() {
 #if !defined(FP4DRIFT_WITH_MPI)
 
 bool mpi_available() { return false; }
-int run_mpi(const Sweep&, const std::string&, int, const std::string&) {
+int run_mpi(const Sweep&, const std::string&, int, const std::vector<std::string>&, const std::string&) {
   throw std::invalid_argument(
       "launched by mpirun, but this fp4drift was built without MPI (install libopenmpi-dev and rebuild): every rank "
       "would run the whole sweep");
@@ -51,13 +51,14 @@ void send_run(int to, int run) { MPI_Send(&run, 1, MPI_INT, to, kTagRun, MPI_COM
 
 bool mpi_available() { return true; }
 
-int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::string& command_line) {
+int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::vector<std::string>& devices,
+            const std::string& command_line) {
   MPI_Init(nullptr, nullptr);
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size == 1) {
-    const int rc = run_local(s, outdir, slots, command_line);
+    const int rc = run_local(s, outdir, slots, devices, command_line);
     MPI_Finalize();
     return rc;
   }
@@ -79,7 +80,7 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::str
     o.slot_offset = local_rank * slots;
     o.rank = rank;
     o.omp_threads = default_omp_threads(slots * local_size);
-    if (s.backend == "cuda") o.devices = visible_gpus();
+    o.devices = devices;
     Executor ex(s, o);
     install_stop_handlers();
 

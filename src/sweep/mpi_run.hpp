@@ -17,6 +17,8 @@ namespace fp4d::sweep {
 int launcher_world_size();
 bool mpi_available();  // this build has MPI
 // Initialises MPI, runs the sweep over the ranks, finalises; the exit status (every rank).
-int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::string& command_line);
+// devices: as run_local's, per node (each rank's children take the next ones).
+int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::vector<std::string>& devices,
+            const std::string& command_line);
 
 }  // namespace fp4d::sweep

@@ -15,7 +15,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -69,23 +68,6 @@ std::string utc_now() {
 void install_stop_handlers() {
   std::signal(SIGINT, on_sweep_signal);
   std::signal(SIGTERM, on_sweep_signal);
-}
-
-std::vector<std::string> visible_gpus() {
-  std::vector<std::string> out;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
-    std::stringstream ss(v);
-    std::string d;
-    while (std::getline(ss, d, ','))
-      if (!d.empty()) out.push_back(d);
-    return out;
-  }
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/dev", ec))
-    if (std::regex_match(e.path().filename().string(), std::regex("nvidia[0-9]+"))) ++n;
-  for (int i = 0; i < n; ++i) out.push_back(std::to_string(i));
-  return out;
 }
 
 // ---- Executor ---------------------------------------------------------------------------
@@ -374,7 +356,8 @@ int default_omp_threads(int concurrent) {
   return std::max(1, (hw > 0 ? hw : 1) / std::max(1, concurrent));
 }
 
-int run_local(const Sweep& s, const std::string& outdir, int slots, const std::string& command_line) {
+int run_local(const Sweep& s, const std::string& outdir, int slots, const std::vector<std::string>& devices,
+              const std::string& command_line) {
   lock_outdir(outdir);
   Coordinator co(s, outdir, IndexInfo{"running", "local", 1, command_line});
   std::vector<int> todo = co.plan();
@@ -383,7 +366,7 @@ int run_local(const Sweep& s, const std::string& outdir, int slots, const std::s
   o.backend = s.backend;
   o.slots = slots;
   o.omp_threads = default_omp_threads(slots);
-  if (s.backend == "cuda") o.devices = visible_gpus();
+  o.devices = devices;
   Executor ex(s, o);
   install_stop_handlers();
   std::size_t next = 0;

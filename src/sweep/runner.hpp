@@ -93,9 +93,6 @@ class Coordinator {
 extern std::atomic<bool> g_sweep_stop;
 void install_stop_handlers();
 
-// The GPUs to hand out: CUDA_VISIBLE_DEVICES's list if set, else /dev/nvidiaN.
-std::vector<std::string> visible_gpus();
-
 // One sweep per output directory at a time: creates OUTDIR and holds an flock on
 // OUTDIR/sweep.lock for the process's life (std::invalid_argument if another sweep holds it).
 void lock_outdir(const std::string& outdir);
@@ -104,7 +101,9 @@ void lock_outdir(const std::string& outdir);
 // user set OMP_NUM_THREADS, which the children inherit).
 int default_omp_threads(int concurrent);
 
-// Local mode: every run on this machine, `slots` at a time. Returns the exit status.
-int run_local(const Sweep& s, const std::string& outdir, int slots, const std::string& command_line);
+// Local mode: every run on this machine, `slots` at a time, child k pinned to
+// devices[k % size] (none: the CPU backend). Returns the exit status.
+int run_local(const Sweep& s, const std::string& outdir, int slots, const std::vector<std::string>& devices,
+              const std::string& command_line);
 
 }  // namespace fp4d::sweep

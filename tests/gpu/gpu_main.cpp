@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "backend/cuda/shared_numerics_check.hpp"
+#include "backend/cuda/device.hpp"
 
 #if __has_include(<catch2/catch_session.hpp>)
 #include <catch2/catch_session.hpp>

@@ -52,16 +52,6 @@ __global__ void formats_kernel(const float* x, int n, unsigned char* out) {
 
 }  // namespace
 
-bool device_available(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
-    return false;
-  }
-  return true;
-}
-
 void nvfp4_blocks_on_device(const float* x, int blocks, GlobalScale g, RoundingSpec r, unsigned char* codes,
                             unsigned char* scales) {
   const std::size_t n = 16u * static_cast<std::size_t>(blocks);

@@ -8,8 +8,6 @@
 
 namespace fp4d::cuda {
 
-// Whether a CUDA device can be used; why not, otherwise.
-bool device_available(std::string* why);
 // NVFP4 1x16 blocks of x[0 .. 16*blocks) (one row, element index = position) with the TE
 // scale rule: codes (packed) and E4M3 scale bytes, computed on the device.
 void nvfp4_blocks_on_device(const float* x, int blocks, GlobalScale g, RoundingSpec r, unsigned char* codes,

@@ -1,0 +1,19 @@
+// Finding the CUDA devices: whether this process can use one, and which ones a sweep may
+// spread its runs over. Plain C++ header.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fp4d::cuda {
+
+// Whether a CUDA device can be used (the runtime initialises and counts one); why not, otherwise.
+bool device_available(std::string* why);
+
+// The devices child processes may be pinned to with CUDA_VISIBLE_DEVICES: the entries of
+// CUDA_VISIBLE_DEVICES when it is set (so a sweep never escapes the devices it was given),
+// else one per /dev/nvidiaN. Does not initialise the CUDA runtime (the sweep's own process
+// stays off the devices its runs use).
+std::vector<std::string> visible_devices();
+
+}  // namespace fp4d::cuda
