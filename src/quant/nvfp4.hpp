@@ -53,8 +53,9 @@ float amax_cpu(const Matrix& x);
 void nvfp4_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize = true);
 
 // The same quantization written as the spec reads, one element at a time through the
-// FP4D_HD functions of nvfp4_math.hpp and e2m1_round: the reference that the optimised CPU
-// path above (and the CUDA backend) must equal bit for bit. Single-threaded and slow.
+// FP4D_HD functions of nvfp4_math.hpp and e2m1_round (in nvfp4_reference.cpp): the reference
+// that the optimised CPU path above (and the CUDA backend) must equal bit for bit.
+// Single-threaded and slow.
 void nvfp4_quantize_reference(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out);
 
 }  // namespace fp4d

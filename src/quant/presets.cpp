@@ -60,8 +60,8 @@ QuantSpec cast(ElementFormat e) {
 }
 }  // namespace
 
-const std::vector<NamedRecipe>& quantize_presets() {
-  static const std::vector<NamedRecipe> presets = {
+const std::vector<NamedPreset>& quantize_presets() {
+  static const std::vector<NamedPreset> presets = {
       {"bf16", cast(ElementFormat::BF16), "BF16 cast (RNE)"},
       {"fp16", cast(ElementFormat::FP16), "FP16 cast (RNE)"},
       {"fp8-e4m3-tensor", fp8(ElementFormat::E4M3, 1, 0), "E4M3, per-tensor current scaling (amax/448)"},
@@ -82,11 +82,11 @@ const std::vector<NamedRecipe>& quantize_presets() {
   return presets;
 }
 
-const NamedRecipe& preset(std::string_view name) {
-  for (const NamedRecipe& r : quantize_presets())
+const NamedPreset& preset(std::string_view name) {
+  for (const NamedPreset& r : quantize_presets())
     if (r.name == name) return r;
   std::string known;
-  for (const NamedRecipe& r : quantize_presets()) known += (known.empty() ? "" : ", ") + r.name;
+  for (const NamedPreset& r : quantize_presets()) known += (known.empty() ? "" : ", ") + r.name;
   throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (known: " + known + ", all)");
 }
 
@@ -121,7 +121,7 @@ std::vector<std::string> expand_names(const std::vector<std::string>& lists, con
 
 std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names) {
   std::vector<std::string> all;
-  for (const NamedRecipe& r : quantize_presets()) all.push_back(r.name);
+  for (const NamedPreset& r : quantize_presets()) all.push_back(r.name);
   return expand_names(names, all, [](const std::string& n) { (void)preset(n); });
 }
 

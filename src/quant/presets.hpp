@@ -11,15 +11,15 @@
 
 namespace fp4d {
 
-struct NamedRecipe {
+struct NamedPreset {
   std::string name;
   QuantSpec spec;
   std::string description;
 };
 
-const std::vector<NamedRecipe>& quantize_presets();
+const std::vector<NamedPreset>& quantize_presets();
 // Throws std::invalid_argument listing the known names.
-const NamedRecipe& preset(std::string_view name);
+const NamedPreset& preset(std::string_view name);
 // Splits comma-separated names and expands "all"; keeps order, drops duplicates.
 std::vector<std::string> expand_recipe_names(const std::vector<std::string>& names);
 // The same for any list of names: "all" expands to `all`, every other name is passed to

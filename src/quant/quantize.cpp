@@ -34,15 +34,10 @@ QuantizedTensor quantize_cpu(const Matrix& input, const QuantSpec& spec) {
                                "cpu");
 }
 
-QuantizedTensor quantize_with_nvfp4_kernel(const Matrix& input, const QuantSpec& spec, Nvfp4QuantizeFn nvfp4,
-                                           const char* backend_name) {
-  return quantize_with_kernels(input, spec, QuantizeKernels{nvfp4, nullptr, nullptr, nullptr}, backend_name);
-}
-
 QuantizedTensor quantize_with_kernels(const Matrix& input, const QuantSpec& spec, const QuantizeKernels& kernels,
                                       const char* backend_name) {
   validate(spec);
-  Nvfp4QuantizeFn kernel = nullptr;
+  QuantizeKernelFn kernel = nullptr;
   switch (spec.scheme) {
     case Scheme::Nvfp4: kernel = kernels.nvfp4; break;
     case Scheme::Mxfp4: kernel = kernels.mxfp4; break;

@@ -65,7 +65,7 @@ TEST_CASE("Every preset equals the CPU backend bit for bit on the GPU") {
   for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{256, 256}, {200, 333}, {130, 96}, {5, 7}})
     for (const bool nonfinite : {false, true}) {
       const Matrix x = test_matrix(rows, cols, nonfinite);
-      for (const NamedRecipe& p : quantize_presets()) {
+      for (const NamedPreset& p : quantize_presets()) {
         if (p.spec.rht.enabled() && rows % p.spec.rht.size != 0) continue;  // RHT needs whole groups
         INFO(p.name << " on " << rows << " x " << cols << (nonfinite ? " with Inf/NaN" : ""));
         QuantSpec s = p.spec;
