@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/accumulator_probe.hpp"
 #include "model/trainer.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
@@ -33,16 +34,6 @@ inline constexpr const char* kBuiltWithoutCuda =
 [[noreturn]] inline void throw_built_without_cuda(const char* what) {
   throw BackendUnavailable(std::string(what) + ": " + kBuiltWithoutCuda);
 }
-
-// One line of the accumulator probe: how many bits below the running sum's leading bit a
-// GEMM path keeps (docs/numerics.md 8b).
-struct AccumulatorProbe {
-  std::string path;       // "bf16", "fp16", "fp8-e4m3", "fp8-e4m3-fast-accum"
-  std::string placement;  // "adjacent" (k = 0, 1), "far" (k = 0, K-1), "small-first" (k = 0 small, K-1 big)
-  std::int64_t K = 0;
-  int kept_bits = 0;
-  int max_t = 0;  // largest t the probe could represent in that input format
-};
 
 struct GemmProductOptions {
   bool fp8_fast_accumulation = false;  // FP8 operands: the tensor cores' fast (less exact) accumulation

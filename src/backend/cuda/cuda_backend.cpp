@@ -44,10 +44,7 @@ class CudaBackend final : public Backend {
     };
   }
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) const override {
-    std::vector<AccumulatorProbe> out;
-    for (const cuda::AccumulatorProbe& p : cuda::probe_accumulators(ks))
-      out.push_back({p.path, p.placement, p.K, p.kept_bits, p.max_t});
-    return out;
+    return cuda::probe_accumulators(ks);
   }
   std::vector<std::string> devices() const override { return cuda::visible_devices(); }
 };

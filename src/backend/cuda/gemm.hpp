@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/accumulator_probe.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
 
@@ -49,13 +50,9 @@ std::vector<std::uint16_t> unscaled_bf16_operand(const QuantizedTensor& q, std::
 // positions (all other products zero), for t = 1 .. max_t; `kept_bits` is the largest t for
 // which the GPU returned 1 + 2^-t exactly: the number of bits below the leading bit of the
 // running sum that survive an addition. FP32 with round-to-nearest keeps 23.
-struct AccumulatorProbe {
-  std::string path;        // "bf16", "fp16", "fp8-e4m3", "fp8-e4m3-fast-accum"
-  std::string placement;   // "adjacent" (k = 0, 1), "far" (k = 0, K-1), "small-first" (k = 0 small, K-1 big)
-  std::int64_t K = 0;
-  int kept_bits = 0;
-  int max_t = 0;           // largest t the probe could represent in that input format
-};
+// One result per (path, placement, K): the seam's type (backend/accumulator_probe.hpp), which the
+// CUDA backend hands on as measured.
+using fp4d::AccumulatorProbe;
 std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks);
 
 }  // namespace fp4d::cuda
