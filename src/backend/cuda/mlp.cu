@@ -1,7 +1,9 @@
-// The GPU-resident low-precision training step (see mlp.hpp for the semantics).
+// The GPU-resident low-precision training step (see mlp.hpp for the semantics), host side:
+// the step's device buffers and GEMM plans, then per step the operands' quantization, the
+// kernels of mlp_kernels.cuh and the cuBLASLt GEMMs launched in one fixed order on the run's
+// stream, kernel by kernel or replayed as a CUDA graph.
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -10,11 +12,9 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp.hpp"
+#include "backend/cuda/mlp_kernels.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "backend/cuda/nvfp4.hpp"
-#include "format/bf16.hpp"
-#include "format/e2m1.hpp"
-#include "format/fp8.hpp"
 #include "model/mlp_math.hpp"
 #include "model/recipe_gemm.hpp"
 #include "quant/nvfp4_math.hpp"
@@ -22,178 +22,6 @@
 namespace fp4d::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kReduceBlocks = 256;  // fixed: the loss's summation tree depends on nothing else
-
-unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
-  const std::int64_t b = (n + kThreads * per_thread - 1) / (kThreads * per_thread);
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
-}
-
-// ---- element-wise kernels: model/mlp_math.hpp's expressions in float32 (--fmad=false) ----
-constexpr float kInvSqrt2 = 0.70710678118654752440084436210485f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267793994605993438f;
-
-__device__ __forceinline__ float act_f(int gelu, float z) {
-  return gelu ? mlp_math::gelu(z, float{kInvSqrt2}) : mlp_math::relu(z);
-}
-__device__ __forceinline__ float act_df(int gelu, float z) {
-  return gelu ? mlp_math::gelu_derivative(z, float{kInvSqrt2}, float{kInvSqrt2Pi}) : mlp_math::relu_derivative(z);
-}
-
-__global__ void act_forward_kernel(const float* __restrict__ z, float* __restrict__ h, std::int64_t n, int gelu) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    h[i] = act_f(gelu, z[i]);
-}
-
-__global__ void act_backward_kernel(const float* __restrict__ dh, const float* __restrict__ z, float* __restrict__ dz,
-                                    std::int64_t n, int gelu) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    dz[i] = dh[i] * act_df(gelu, z[i]);
-}
-
-__global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = bf16_rne_bits(x[i]);
-}
-
-// 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
-// 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated GEMM (nvfp4-spec.md 2,
-// step 6): the same decode the quantize kernels write.
-__global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
-                                   std::int64_t blocks, std::uint16_t* __restrict__ out) {
-  for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
-       b += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const uint2 c = reinterpret_cast<const uint2*>(codes)[b];
-    const float s = e4m3_decode(scales[b]);
-    std::uint32_t w[8];
-    for (int k = 0; k < 8; ++k) {
-      const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
-      const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
-      const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
-      w[k] = lo | (hi << 16);
-    }
-    uint4* o = reinterpret_cast<uint4*>(out + b * 16);
-    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-  }
-}
-
-// Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
-// emulation's g. Up to two pairs per launch.
-struct AlphaPair {
-  const GlobalScale* a = nullptr;
-  const GlobalScale* b = nullptr;
-  float* out = nullptr;
-};
-__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
-  if (threadIdx.x != 0) return;
-  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
-  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
-}
-
-// Block sum in double over shared memory, fixed tree (deterministic).
-__device__ double block_sum(double v) {
-  __shared__ double sh[kThreads];
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  return sh[0];
-}
-
-// Regression: dZ = (Y - T) / (M out) in float32 (the CPU's expression); partial sums of
-// (double(Y) - double(T))^2 per block, each thread's elements in ascending order.
-__global__ void mse_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
-                           std::int64_t n, float denom, double* __restrict__ partial) {
-  double acc = 0.0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const double d = static_cast<double>(y[i]) - static_cast<double>(t[i]);
-    acc += d * d;
-    dz[i] = (y[i] - t[i]) / denom;
-  }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-// Classification: one thread per sample (row): the loss in double against the teacher's
-// argmax class, dZ = (softmax(Y) - onehot) / M in float32, as sim/mlp.cpp does per row.
-__global__ void softmax_ce_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
-                                  std::int64_t M, std::int64_t out, double* __restrict__ partial) {
-  double acc = 0.0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float* yi = y + i * out;
-    const float* ti = t + i * out;
-    std::int64_t label = 0;
-    for (std::int64_t j = 1; j < out; ++j)
-      if (ti[j] > ti[label]) label = j;
-    double mx = yi[0];
-    for (std::int64_t j = 1; j < out; ++j) mx = fmax(mx, static_cast<double>(yi[j]));
-    double se = 0.0;
-    for (std::int64_t j = 0; j < out; ++j) se += exp(static_cast<double>(yi[j]) - mx);
-    acc += (mx + log(se)) - static_cast<double>(yi[label]);
-    float m = yi[0];
-    for (std::int64_t j = 1; j < out; ++j) m = fmaxf(m, yi[j]);
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < out; ++j) sum = sum + expf(yi[j] - m);
-    for (std::int64_t j = 0; j < out; ++j) {
-      const float p = expf(yi[j] - m) / sum;
-      dz[i * out + j] = (p - (j == label ? 1.0f : 0.0f)) / static_cast<float>(M);
-    }
-  }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void sum_partials_kernel(const double* __restrict__ partial, int n, double* __restrict__ out) {
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) *out = s;
-}
-
-// What changes from step to step, read by the kernels from device memory (copied up before
-// each step) rather than passed as launch arguments, so that one captured CUDA graph replays
-// every step: the SR seed (nvfp4_dual's device_seed) and the optimizer's coefficients.
-using AdamArgs = mlp_math::AdamCoefficients<float>;
-struct StepParams {
-  std::uint64_t seed = 0;
-  float lr = 0;
-  AdamArgs adam{};
-};
-
-// The optimizers: model/mlp_math.hpp, element by element, as sim/mlp.cpp's train_step<float>.
-__global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const float* __restrict__ g, std::int64_t n,
-                           const StepParams* __restrict__ p, float mu, float wd, int decay,
-                           unsigned long long* __restrict__ lost) {
-  const float lr = p->lr;
-  unsigned long long count = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
-  }
-  if (count) atomicAdd(lost, count);
-}
-
-__global__ void adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
-                             const float* __restrict__ g, std::int64_t n, const StepParams* __restrict__ p,
-                             unsigned long long* __restrict__ lost) {
-  const AdamArgs a = p->adam;
-  unsigned long long count = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
-  }
-  if (count) atomicAdd(lost, count);
-}
 
 template <class T>
 using Buf = std::unique_ptr<DeviceBuffer<T>>;
