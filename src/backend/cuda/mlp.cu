@@ -13,6 +13,7 @@
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_kernels.cuh"
+#include "backend/cuda/mlp_operands.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "backend/cuda/nvfp4.hpp"
 #include "model/mlp_math.hpp"
@@ -132,17 +133,8 @@ struct MlpCudaTrainer::Impl {
     rg = std::make_unique<RecipeGemm>(opt, L);
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     lt = std::make_unique<OwnedLtContext>();
-    const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
-    check(cudaMallocHost(&host_x, static_cast<std::size_t>(M * in0) * sizeof(float)), "cudaMallocHost (batch x)");
-    check(cudaMallocHost(&host_t, static_cast<std::size_t>(M * outL) * sizeof(float)), "cudaMallocHost (batch t)");
-    check(cudaMallocHost(&host_loss, sizeof(double)), "cudaMallocHost (loss)");
-    check(cudaMallocHost(&host_lost, static_cast<std::size_t>(L) * sizeof(unsigned long long)), "cudaMallocHost (lost)");
-    check(cudaMallocHost(&host_params, sizeof(StepParams)), "cudaMallocHost (step parameters)");
-    params = buf<StepParams>(1, "cudaMalloc (step parameters)");
-    target = buf<float>(M * outL, "cudaMalloc (targets)");
-    partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
-    loss_sum = buf<double>(1, "cudaMalloc (loss)");
-    lost = buf<unsigned long long>(L, "cudaMalloc (lost updates)");
+    allocate_staging();
+    allocate_step_buffers();
     layers.resize(static_cast<std::size_t>(L));
     for (int l = 0; l < L; ++l) build_layer(l);
     graph_blocker = find_graph_blocker();
@@ -161,14 +153,58 @@ struct MlpCudaTrainer::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
+  Layer& layer(int l) { return layers[static_cast<std::size_t>(l)]; }
+
+  // ---- construction ----
+
+  // The pinned host buffers the batch goes up through and the step's statistics come down in.
+  void allocate_staging() {
+    const std::int64_t in0 = spec.widths.front(), outL = spec.widths.back();
+    check(cudaMallocHost(&host_x, static_cast<std::size_t>(M * in0) * sizeof(float)), "cudaMallocHost (batch x)");
+    check(cudaMallocHost(&host_t, static_cast<std::size_t>(M * outL) * sizeof(float)), "cudaMallocHost (batch t)");
+    check(cudaMallocHost(&host_loss, sizeof(double)), "cudaMallocHost (loss)");
+    check(cudaMallocHost(&host_lost, static_cast<std::size_t>(L) * sizeof(unsigned long long)), "cudaMallocHost (lost)");
+    check(cudaMallocHost(&host_params, sizeof(StepParams)), "cudaMallocHost (step parameters)");
+  }
+
+  // The device buffers of the whole step: its parameters, the targets, the loss and lost updates.
+  void allocate_step_buffers() {
+    const std::int64_t outL = spec.widths.back();
+    params = buf<StepParams>(1, "cudaMalloc (step parameters)");
+    target = buf<float>(M * outL, "cudaMalloc (targets)");
+    partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
+    loss_sum = buf<double>(1, "cudaMalloc (loss)");
+    lost = buf<unsigned long long>(L, "cudaMalloc (lost updates)");
+  }
+
+  // Layer l's shape, its recipe, its buffers and the plans of its three GEMMs.
   void build_layer(int l) {
-    Layer& y = layers[static_cast<std::size_t>(l)];
+    Layer& y = layer(l);
     y.in = spec.widths[static_cast<std::size_t>(l)];
     y.out = spec.widths[static_cast<std::size_t>(l) + 1];
-    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
     const GemmRecipe* g = rg->layer_recipe(l);
     y.mode = !g ? Mode::Fp32 : g->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
     if (g) y.recipe = *g;
+    allocate_layer_buffers(l);
+    LtGemm f, d, w;  // fprop Z = H W^T; dgrad dH = dZ W; wgrad dW = dZ^T H (out x in)
+    f.M = M, f.N = y.out, f.K = y.in, f.ld_k = y.in, f.d = y.z->p;
+    d.M = M, d.N = y.in, d.K = y.out, d.ld_k = y.out, d.d = y.dh->p;
+    w.M = y.out, w.N = y.in, w.K = M, w.ld_k = M, w.d = y.dw->p;
+    f.alpha = d.alpha = w.alpha = &kOne;
+    if (y.mode == Mode::Nvfp4) {
+      plan_nvfp4_operands(y, f, d, w);
+    } else {
+      plan_cast_operands(y, f, d, w);
+    }
+    y.fprop = std::make_unique<LtPlan>(f, &lt->get());
+    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d, &lt->get());
+    y.wgrad = std::make_unique<LtPlan>(w, &lt->get());
+  }
+
+  // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
+  void allocate_layer_buffers(int l) {
+    Layer& y = layer(l);
+    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
     y.w = buf<float>(nw, "cudaMalloc (w)");
     y.m1 = buf<float>(nw, "cudaMalloc (m1)");
     y.m2 = buf<float>(spec.optimizer == Optimizer::AdamW ? nw : 0, "cudaMalloc (m2)");
@@ -178,57 +214,57 @@ struct MlpCudaTrainer::Impl {
     y.dz = buf<float>(nz, "cudaMalloc (dz)");
     y.dh = buf<float>(l > 0 ? nh : 0, "cudaMalloc (dh)");
     y.alpha = buf<float>(6, "cudaMalloc (alpha)");
+  }
 
-    LtGemm f, d, w;  // fprop Z = H W^T; dgrad dH = dZ W; wgrad dW = dZ^T H (out x in)
-    f.M = M, f.N = y.out, f.K = y.in, f.ld_k = y.in, f.d = y.z->p;
-    d.M = M, d.N = y.in, d.K = y.out, d.ld_k = y.out, d.d = y.dh->p;
-    w.M = y.out, w.N = y.in, w.K = M, w.ld_k = M, w.d = y.dw->p;
-    f.alpha = d.alpha = w.alpha = &kOne;
-    if (y.mode == Mode::Nvfp4) {
-      y.x = std::make_unique<NvDual>(nh);
-      y.dy = std::make_unique<NvDual>(nz);
-      f.a = y.x->row.bf16->p;
-      d.a = y.dy->row.bf16->p;
-      // wgrad: dW = (dY^T columnwise, out x M) (X^T columnwise, in x M)^T: the TN form.
-      w.a = y.dy->col.bf16->p, w.b = y.x->col.bf16->p;
-      if (y.recipe.two_d_weights) {
-        y.w2d = std::make_unique<NvQuant>(nw, (y.out / 16) * (y.in / 16));
-        y.w2d_global = buf<GlobalScale>(1, "cudaMalloc (w global)");
-        y.w2d_key = buf<std::uint32_t>(1, "cudaMalloc (w key)");
-        f.b = y.w2d->bf16->p;
-        d.b = y.w2d->bf16->p, d.b_kn = true, d.ld_n = y.in;  // the same quantized W, read as W^T
-      } else {
-        y.w_dual = std::make_unique<NvDual>(nw);
-        f.b = y.w_dual->row.bf16->p;
-        d.b = y.w_dual->col.bf16->p;  // W quantized along out, stored transposed (in x out)
-      }
-      f.alpha_on_device = d.alpha_on_device = w.alpha_on_device = true;
-      f.alpha = y.alpha->p, d.alpha = y.alpha->p + 2, w.alpha = y.alpha->p + 4;
-      y.path = y.recipe.name + ": NVFP4 quantized on the GPU (X, dY: rowwise + columnwise" +
-               std::string(y.recipe.rht_wgrad ? " with RHT-16 for Wgrad" : "") +
-               (y.recipe.two_d_weights ? "; W: 16x16" : "; W: 1x16 both ways") +
-               "), decoded to BF16, cuBLASLt BF16 GEMMs, global scales as alpha";
+  // NVFP4: the quantizers' outputs, and the GEMMs reading their BF16 decodes with the global
+  // scales as device-side alpha.
+  void plan_nvfp4_operands(Layer& y, LtGemm& f, LtGemm& d, LtGemm& w) {
+    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
+    y.x = std::make_unique<NvDual>(nh);
+    y.dy = std::make_unique<NvDual>(nz);
+    f.a = y.x->row.bf16->p;
+    d.a = y.dy->row.bf16->p;
+    // wgrad: dW = (dY^T columnwise, out x M) (X^T columnwise, in x M)^T: the TN form.
+    w.a = y.dy->col.bf16->p, w.b = y.x->col.bf16->p;
+    if (y.recipe.two_d_weights) {
+      y.w2d = std::make_unique<NvQuant>(nw, (y.out / 16) * (y.in / 16));
+      y.w2d_global = buf<GlobalScale>(1, "cudaMalloc (w global)");
+      y.w2d_key = buf<std::uint32_t>(1, "cudaMalloc (w key)");
+      f.b = y.w2d->bf16->p;
+      d.b = y.w2d->bf16->p, d.b_kn = true, d.ld_n = y.in;  // the same quantized W, read as W^T
     } else {
-      const bool bf = y.mode == Mode::Bf16;
-      if (bf) {
-        y.hb = buf<std::uint16_t>(nh, "cudaMalloc (h bf16)");
-        y.wb = buf<std::uint16_t>(nw, "cudaMalloc (w bf16)");
-        y.dzb = buf<std::uint16_t>(nz, "cudaMalloc (dz bf16)");
-      } else {
-        f.ta = f.tb = d.ta = d.tb = w.ta = w.tb = CUDA_R_32F;
-      }
-      f.a = bf ? static_cast<const void*>(y.hb->p) : y.h->p;
-      f.b = bf ? static_cast<const void*>(y.wb->p) : y.w->p;
-      d.a = bf ? static_cast<const void*>(y.dzb->p) : y.dz->p;
-      d.b = f.b, d.b_kn = true, d.ld_n = y.in;
-      w.a = d.a, w.a_km = true, w.ld_m = y.out;  // dY stored M x out = K x M_gemm
-      w.b = f.a, w.b_kn = true, w.ld_n = y.in;   // H stored M x in = K x N
-      y.path = bf ? y.recipe.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
-                  : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
+      y.w_dual = std::make_unique<NvDual>(nw);
+      f.b = y.w_dual->row.bf16->p;
+      d.b = y.w_dual->col.bf16->p;  // W quantized along out, stored transposed (in x out)
     }
-    y.fprop = std::make_unique<LtPlan>(f, &lt->get());
-    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d, &lt->get());
-    y.wgrad = std::make_unique<LtPlan>(w, &lt->get());
+    f.alpha_on_device = d.alpha_on_device = w.alpha_on_device = true;
+    f.alpha = y.alpha->p, d.alpha = y.alpha->p + 2, w.alpha = y.alpha->p + 4;
+    y.path = y.recipe.name + ": NVFP4 quantized on the GPU (X, dY: rowwise + columnwise" +
+             std::string(y.recipe.rht_wgrad ? " with RHT-16 for Wgrad" : "") +
+             (y.recipe.two_d_weights ? "; W: 16x16" : "; W: 1x16 both ways") +
+             "), decoded to BF16, cuBLASLt BF16 GEMMs, global scales as alpha";
+  }
+
+  // BF16 (the casts of H, W, dY) or FP32 (the tensors themselves): the GEMMs read the operands
+  // in place, transposed through the plans' layouts rather than copies.
+  void plan_cast_operands(Layer& y, LtGemm& f, LtGemm& d, LtGemm& w) {
+    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
+    const bool bf = y.mode == Mode::Bf16;
+    if (bf) {
+      y.hb = buf<std::uint16_t>(nh, "cudaMalloc (h bf16)");
+      y.wb = buf<std::uint16_t>(nw, "cudaMalloc (w bf16)");
+      y.dzb = buf<std::uint16_t>(nz, "cudaMalloc (dz bf16)");
+    } else {
+      f.ta = f.tb = d.ta = d.tb = w.ta = w.tb = CUDA_R_32F;
+    }
+    f.a = bf ? static_cast<const void*>(y.hb->p) : y.h->p;
+    f.b = bf ? static_cast<const void*>(y.wb->p) : y.w->p;
+    d.a = bf ? static_cast<const void*>(y.dzb->p) : y.dz->p;
+    d.b = f.b, d.b_kn = true, d.ld_n = y.in;
+    w.a = d.a, w.a_km = true, w.ld_m = y.out;  // dY stored M x out = K x M_gemm
+    w.b = f.a, w.b_kn = true, w.ld_n = y.in;   // H stored M x in = K x N
+    y.path = bf ? y.recipe.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
+                : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
   }
 
   // A graph replays its launch arguments: only the SR seed of the dual quantizations and the
@@ -251,14 +287,18 @@ struct MlpCudaTrainer::Impl {
     return "";
   }
 
+  // ---- the operands' quantization ----
+
   void launch_check(const char* what) { check(cudaGetLastError(), what); }
 
+  // The BF16 GEMM operand of a 1x16 NVFP4 quantization: its decode without the global scale.
   void decode(const NvQuant& q, std::int64_t elements) {
     const std::int64_t blocks = elements / 16;
     decode_1x16_kernel<<<blocks_for(blocks), kThreads, 0, stream>>>(q.codes->p, q.scales->p, blocks, q.bf16->p);
     launch_check("decode_1x16_kernel launch");
   }
 
+  // A bf16 layer's GEMM operand: the RNE cast of n floats.
   void cast(const float* x, std::uint16_t* out, std::int64_t n) {
     cast_bf16_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(x, out, n);
     launch_check("cast_bf16_kernel launch");
@@ -281,25 +321,33 @@ struct MlpCudaTrainer::Impl {
     decode(q.col, rows * cols);
   }
 
+  // RecipeGemm's QuantSpec of layer y's operand (role, operand) in the step of this seed.
   QuantSpec spec_of(const Layer& y, OperandKind k, GemmRole role, int operand, std::uint64_t seed) const {
     return gemm_operand_spec(y.recipe, k, role == GemmRole::Wgrad, seed, recipe_operand_stream(
         static_cast<int>(&y - layers.data()), role, operand));
   }
 
-  void forward_layer(int l, std::uint64_t seed) {
-    Layer& y = layers[static_cast<std::size_t>(l)];
+  // NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
+  // columnwise 1x16.
+  void quantize_weight(Layer& y, std::uint64_t seed) {
+    const QuantSpec wf = spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, seed);
+    if (y.w2d) {
+      nvfp4_amax_device(y.w->p, y.in * y.out, y.w2d_key->p, stream);
+      nvfp4_quantize_16x16_device_from_amax(y.w->p, y.out, y.in, y.w2d_key->p, wf.rounding,
+                                            wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p,
+                                            y.w2d->scales->p, stream, y.w2d->bf16->p, y.w2d_global->p);
+    } else {
+      dual(y.w->p, y.out, y.in, *y.w_dual, wf, spec_of(y, OperandKind::Weight, GemmRole::Dgrad, 1, seed));
+    }
+  }
+
+  // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
+  // BF16 casts of H and W.
+  void quantize_forward_operands(Layer& y, std::uint64_t seed) {
     if (y.mode == Mode::Nvfp4) {
       dual(y.h->p, M, y.in, *y.x, spec_of(y, OperandKind::Activation, GemmRole::Fprop, 0, seed),
            spec_of(y, OperandKind::Activation, GemmRole::Wgrad, 0, seed));
-      const QuantSpec wf = spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, seed);
-      if (y.w2d) {
-        nvfp4_amax_device(y.w->p, y.in * y.out, y.w2d_key->p, stream);
-        nvfp4_quantize_16x16_device_from_amax(y.w->p, y.out, y.in, y.w2d_key->p, wf.rounding,
-                                              wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p,
-                                              y.w2d->scales->p, stream, y.w2d->bf16->p, y.w2d_global->p);
-      } else {
-        dual(y.w->p, y.out, y.in, *y.w_dual, wf, spec_of(y, OperandKind::Weight, GemmRole::Dgrad, 1, seed));
-      }
+      quantize_weight(y, seed);
       const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p;
       alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.x->globals->p, gw, y.alpha->p}, AlphaPair{});
       launch_check("alpha_kernel launch");
@@ -307,17 +355,10 @@ struct MlpCudaTrainer::Impl {
       cast(y.h->p, y.hb->p, M * y.in);
       cast(y.w->p, y.wb->p, y.in * y.out);
     }
-    y.fprop->run(stream, &lt->get());
-    if (l + 1 < L) {
-      const std::int64_t n = M * y.out;
-      act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, layers[static_cast<std::size_t>(l) + 1].h->p, n,
-                                                                    spec.activation == Activation::Gelu);
-      launch_check("act_forward_kernel launch");
-    }
   }
 
-  void backward_layer(int l, std::uint64_t seed) {
-    Layer& y = layers[static_cast<std::size_t>(l)];
+  // The dY operands of Dgrad and Wgrad: NVFP4 dY with both GEMMs' alphas, or the BF16 cast.
+  void quantize_backward_operands(Layer& y, std::uint64_t seed) {
     if (y.mode == Mode::Nvfp4) {
       dual(y.dz->p, M, y.out, *y.dy, spec_of(y, OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
            spec_of(y, OperandKind::Gradient, GemmRole::Wgrad, 1, seed));
@@ -328,9 +369,40 @@ struct MlpCudaTrainer::Impl {
     } else if (y.mode == Mode::Bf16) {
       cast(y.dz->p, y.dzb->p, M * y.out);
     }
+  }
+
+  // ---- the step ----
+
+  // Z_l = H_l W_l^T, then H_{l+1} = act(Z_l) below the last layer.
+  void forward_layer(int l, std::uint64_t seed) {
+    Layer& y = layer(l);
+    quantize_forward_operands(y, seed);
+    y.fprop->run(stream, &lt->get());
+    if (l + 1 < L) activation_forward(l);
+  }
+
+  // H_{l+1} = act(Z_l).
+  void activation_forward(int l) {
+    const Layer& y = layer(l);
+    const std::int64_t n = M * y.out;
+    act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, layers[static_cast<std::size_t>(l) + 1].h->p, n,
+                                                                  spec.activation == Activation::Gelu);
+    launch_check("act_forward_kernel launch");
+  }
+
+  // dW_l = dZ_l^T H_l, then (above layer 0) dH_l = dZ_l W_l and dZ_{l-1} = dH_l act'(Z_{l-1}).
+  void backward_layer(int l, std::uint64_t seed) {
+    Layer& y = layer(l);
+    quantize_backward_operands(y, seed);
     y.wgrad->run(stream, &lt->get());
     if (l == 0) return;
     y.dgrad->run(stream, &lt->get());
+    activation_backward(l);
+  }
+
+  // dZ_{l-1} = dH_l act'(Z_{l-1}).
+  void activation_backward(int l) {
+    const Layer& y = layer(l);
     const std::int64_t n = M * y.in;
     act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, layers[static_cast<std::size_t>(l) - 1].z->p,
                                                                     layers[static_cast<std::size_t>(l) - 1].dz->p, n,
@@ -338,6 +410,8 @@ struct MlpCudaTrainer::Impl {
     launch_check("act_backward_kernel launch");
   }
 
+  // The loss of the last layer's output into loss_sum (per-block partials, then their sum) and
+  // its gradient dZ_{L-1}.
   void loss_and_output_gradient() {
     Layer& last = layers.back();
     if (spec.task == "classification") {
@@ -364,24 +438,29 @@ struct MlpCudaTrainer::Impl {
     return p;
   }
 
+  // Every layer's optimizer step, counting its lost updates from zero.
   void update() {
     check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
-    for (int l = 0; l < L; ++l) {
-      Layer& y = layers[static_cast<std::size_t>(l)];
-      const std::int64_t n = y.in * y.out;
-      if (spec.optimizer == Optimizer::Sgd) {
-        sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, params->p,
-                                                              static_cast<float>(spec.momentum),
-                                                              static_cast<float>(spec.weight_decay),
-                                                              spec.weight_decay > 0.0, lost->p + l);
-        launch_check("sgd_kernel launch");
-      } else {
-        adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, params->p, lost->p + l);
-        launch_check("adamw_kernel launch");
-      }
+    for (int l = 0; l < L; ++l) update_layer(l);
+  }
+
+  // W_l and its optimizer state by SGD or AdamW; its lost updates counted into lost[l].
+  void update_layer(int l) {
+    Layer& y = layer(l);
+    const std::int64_t n = y.in * y.out;
+    if (spec.optimizer == Optimizer::Sgd) {
+      sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, params->p,
+                                                            static_cast<float>(spec.momentum),
+                                                            static_cast<float>(spec.weight_decay),
+                                                            spec.weight_decay > 0.0, lost->p + l);
+      launch_check("sgd_kernel launch");
+    } else {
+      adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, params->p, lost->p + l);
+      launch_check("adamw_kernel launch");
     }
   }
 
+  // This step's quantizer inputs (before the update changes W), waiting for them.
   void download_operands(MlpCudaOperands* ops) {
     ops->h.clear(), ops->w.clear(), ops->dz.clear();
     for (const Layer& y : layers) {
@@ -398,6 +477,14 @@ struct MlpCudaTrainer::Impl {
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (operands)");
   }
 
+  // The loss and lost-update counts into pinned memory, for finish().
+  void read_back_stats() {
+    check(cudaMemcpyAsync(host_loss, loss_sum->p, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (loss)");
+    check(cudaMemcpyAsync(host_lost, lost->p, static_cast<std::size_t>(L) * sizeof(unsigned long long),
+                          cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (lost)");
+  }
+
+  // The batch up through the pinned staging: X into layer 0's H, T into target.
   void upload(const Batch& b) {
     if (pending) throw std::logic_error("MlpCudaTrainer: a batch upload during a step");
     // The pinned staging buffers may still feed the previous upload's copies.
@@ -413,6 +500,14 @@ struct MlpCudaTrainer::Impl {
                           stream), "cudaMemcpyAsync (batch t)");
   }
 
+  // The step's StepParams up to the device, where the kernels (and a graph's replay) read them.
+  void upload_params(std::uint64_t seed) {
+    // The previous step has finished (finish() waited), so its copy of host_params is done.
+    *host_params = params_at(seed);
+    check(cudaMemcpyAsync(params->p, host_params, sizeof(StepParams), cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (step parameters)");
+  }
+
   // Everything one step puts on the stream after its parameters are up: the body a graph
   // captures (ops = nullptr) or the eager step.
   void enqueue_step(std::uint64_t seed, MlpCudaOperands* ops) {
@@ -421,10 +516,10 @@ struct MlpCudaTrainer::Impl {
     for (int l = L - 1; l >= 0; --l) backward_layer(l, seed);
     if (ops) download_operands(ops);
     update();
-    check(cudaMemcpyAsync(host_loss, loss_sum->p, sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (loss)");
-    check(cudaMemcpyAsync(host_lost, lost->p, static_cast<std::size_t>(L) * sizeof(unsigned long long),
-                          cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (lost)");
+    read_back_stats();
   }
+
+  // ---- CUDA graphs ----
 
   // A failure names the way around it: the same step kernel by kernel.
   void capture(std::uint64_t seed) {
@@ -449,18 +544,14 @@ struct MlpCudaTrainer::Impl {
     }
   }
 
+  // Replay? When graphs are wanted and possible, after an eager step has fixed cuBLASLt's
+  // choices; a step that downloads its operands runs eagerly (it waits for them mid-step).
   bool graph_ready_for(const MlpCudaOperands* ops) const {
     return graphs_wanted && graph_blocker.empty() && eager_done && !ops;
   }
 
-  void launch_step(const Batch* b, MlpCudaOperands* ops) {
-    if (pending) throw std::logic_error("MlpCudaTrainer: step_async without finish");
-    if (b) upload(*b);
-    const std::uint64_t seed = recipe_step_seed(opt.seed, step);
-    // The previous step has finished (finish() waited), so its copy of host_params is done.
-    *host_params = params_at(seed);
-    check(cudaMemcpyAsync(params->p, host_params, sizeof(StepParams), cudaMemcpyHostToDevice, stream),
-          "cudaMemcpyAsync (step parameters)");
+  // The step body as the graph (captured on first use) or kernel by kernel.
+  void run_step(std::uint64_t seed, MlpCudaOperands* ops) {
     if (graph_ready_for(ops)) {
       if (!graph) capture(seed);
       check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch (training step)");
@@ -468,9 +559,22 @@ struct MlpCudaTrainer::Impl {
       enqueue_step(seed, ops);
       eager_done = true;
     }
+  }
+
+  // ---- one step, from the host's side ----
+
+  // One step on the stream without waiting for it: the batch (if given) and the parameters up,
+  // then the body; finish() waits.
+  void launch_step(const Batch* b, MlpCudaOperands* ops) {
+    if (pending) throw std::logic_error("MlpCudaTrainer: step_async without finish");
+    if (b) upload(*b);
+    const std::uint64_t seed = recipe_step_seed(opt.seed, step);
+    upload_params(seed);
+    run_step(seed, ops);
     pending = true;
   }
 
+  // Waits for the step and turns the read-back sums into its StepStats.
   StepStats finish() {
     if (!pending) throw std::logic_error("MlpCudaTrainer: finish without a step");
     check(cudaStreamSynchronize(stream), "training step (cudaStreamSynchronize)");
@@ -480,11 +584,62 @@ struct MlpCudaTrainer::Impl {
                                                         : static_cast<double>(M * spec.widths.back());
     st.loss = spec.task == "classification" ? *host_loss / denom : 0.5 * *host_loss / denom;
     for (int l = 0; l < L; ++l) {
-      const Layer& y = layers[static_cast<std::size_t>(l)];
+      const Layer& y = layer(l);
       st.lost_update_fraction.push_back(static_cast<double>(host_lost[l]) / static_cast<double>(y.in * y.out));
     }
     ++step;
     return st;
+  }
+
+  // ---- operands for tests ----
+
+  // Where operand (role, operand) of layer y lies after the step, as download_operand reads it.
+  DeviceOperand operand_location(const Layer& y, GemmRole role, int operand) const {
+    if (y.mode == Mode::Fp32) return {};
+    return y.mode == Mode::Bf16 ? bf16_location(y, role, operand) : nvfp4_location(y, role, operand);
+  }
+
+  // The casts: H and dY as stored (M x in, M x out), W as stored (out x in); each GEMM reads
+  // them in the orientation of its NT form.
+  DeviceOperand bf16_location(const Layer& y, GemmRole role, int operand) const {
+    const auto at = [](const Buf<std::uint16_t>& b, std::int64_t rows, std::int64_t cols, bool transpose) {
+      DeviceOperand d;
+      d.kind = DeviceOperand::Kind::Bf16;
+      d.bf16 = b->p, d.rows = rows, d.cols = cols, d.transpose = transpose;
+      return d;
+    };
+    switch (role) {
+      case GemmRole::Fprop: return operand == 0 ? at(y.hb, M, y.in, false) : at(y.wb, y.out, y.in, false);
+      case GemmRole::Dgrad: return operand == 0 ? at(y.dzb, M, y.out, false) : at(y.wb, y.out, y.in, true);
+      case GemmRole::Wgrad: return operand == 0 ? at(y.hb, M, y.in, true) : at(y.dzb, M, y.out, true);
+    }
+    return {};
+  }
+
+  // NVFP4: the rowwise sides of X and dY for Fprop and Dgrad, their columnwise sides (stored
+  // transposed) for Wgrad; W as 16x16 tiles (Dgrad reads their transpose) or its two 1x16 sides.
+  DeviceOperand nvfp4_location(const Layer& y, GemmRole role, int operand) const {
+    const auto at = [](const NvQuant& q, const GlobalScale* g, std::int64_t rows, std::int64_t cols, bool tiles,
+                       bool transpose) {
+      DeviceOperand d;
+      d.kind = DeviceOperand::Kind::Nvfp4;
+      d.codes = q.codes->p, d.scales = q.scales->p, d.global = g;
+      d.rows = rows, d.cols = cols, d.tiles = tiles, d.transpose = transpose;
+      return d;
+    };
+    const auto weight = [&](bool transposed) {
+      if (y.w2d) return at(*y.w2d, y.w2d_global->p, y.out, y.in, true, transposed);
+      return transposed ? at(y.w_dual->col, y.w_dual->globals->p + 1, y.in, y.out, false, false)
+                        : at(y.w_dual->row, y.w_dual->globals->p, y.out, y.in, false, false);
+    };
+    switch (role) {
+      case GemmRole::Fprop: return operand == 0 ? at(y.x->row, y.x->globals->p, M, y.in, false, false) : weight(false);
+      case GemmRole::Dgrad: return operand == 0 ? at(y.dy->row, y.dy->globals->p, M, y.out, false, false) : weight(true);
+      case GemmRole::Wgrad:
+        return operand == 0 ? at(y.x->col, y.x->globals->p + 1, y.in, M, false, false)
+                            : at(y.dy->col, y.dy->globals->p + 1, y.out, M, false, false);
+    }
+    return {};
   }
 };
 
@@ -560,98 +715,12 @@ std::string MlpCudaTrainer::launch_mode() const {
   return "one CUDA graph per step";
 }
 
-namespace {
-
-template <class T>
-std::vector<T> download_vec(const DeviceBuffer<T>& b, std::size_t n) {
-  std::vector<T> v(n);
-  if (n) check(cudaMemcpy(v.data(), b.p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy (operand)");
-  return v;
-}
-
-GlobalScale download_global(const GlobalScale* p) {
-  GlobalScale g;
-  check(cudaMemcpy(&g, p, sizeof g, cudaMemcpyDeviceToHost), "cudaMemcpy (global scale)");
-  return g;
-}
-
-// A 1x16 or 16x16 NVFP4 operand as quantize_cpu lays it out (rows x cols, cols % 16 == 0).
-QuantizedTensor nv_tensor(const NvQuant& q, std::int64_t rows, std::int64_t cols, bool tiles, GlobalScale g) {
-  QuantizedTensor t;
-  t.spec.scheme = Scheme::Nvfp4;
-  t.spec.block_rows = tiles ? 16 : 1;
-  t.rows = rows, t.cols = cols, t.padded_cols = cols;
-  t.scale_rows = tiles ? rows / 16 : rows, t.scale_cols = cols / 16;
-  t.codes = download_vec(*q.codes, static_cast<std::size_t>(rows * cols / 2));
-  t.scale_codes = download_vec(*q.scales, static_cast<std::size_t>(t.scale_rows * t.scale_cols));
-  t.global = g;
-  return t;
-}
-
-// The transpose of a 16x16-tiled NVFP4 tensor (the same tiles, read the other way).
-QuantizedTensor transpose_tiles(const QuantizedTensor& a) {
-  QuantizedTensor t = a;
-  t.rows = a.cols, t.cols = a.rows, t.padded_cols = a.rows;
-  t.scale_rows = a.scale_cols, t.scale_cols = a.scale_rows;
-  for (std::int64_t r = 0; r < t.rows; ++r)
-    for (std::int64_t c = 0; c < t.cols; ++c) {
-      const std::uint8_t q = a.code_at(c, r);
-      auto& byte = t.codes[static_cast<std::size_t>((r * t.cols + c) / 2)];
-      byte = static_cast<std::uint8_t>(c % 2 ? (byte & 0x0f) | (q << 4) : (byte & 0xf0) | q);
-    }
-  for (std::int64_t r = 0; r < t.scale_rows; ++r)
-    for (std::int64_t c = 0; c < t.scale_cols; ++c)
-      t.scale_codes[static_cast<std::size_t>(r * t.scale_cols + c)] = a.scale_codes[static_cast<std::size_t>(c * a.scale_cols + r)];
-  return t;
-}
-
-QuantizedTensor bf16_tensor(const DeviceBuffer<std::uint16_t>& b, std::int64_t rows, std::int64_t cols, bool transpose) {
-  QuantizedTensor t;
-  t.spec.scheme = Scheme::Cast;
-  t.spec.element = ElementFormat::BF16;
-  const std::vector<std::uint16_t> v = download_vec(b, static_cast<std::size_t>(rows * cols));
-  t.rows = transpose ? cols : rows, t.cols = transpose ? rows : cols, t.padded_cols = t.cols;
-  t.codes16.resize(v.size());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      t.codes16[static_cast<std::size_t>(transpose ? c * rows + r : r * cols + c)] = v[static_cast<std::size_t>(r * cols + c)];
-  return t;
-}
-
-}  // namespace
-
 QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int operand) const {
   const Impl& m = *impl_;
   const Layer& y = m.layers.at(static_cast<std::size_t>(layer));
-  const std::int64_t M = m.M;
   if (role == GemmRole::Dgrad && layer == 0) return {};
   check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (quantized_operand)");
-  if (y.mode == Mode::Fp32) return {};
-  if (y.mode == Mode::Bf16) {
-    switch (role) {
-      case GemmRole::Fprop: return operand == 0 ? bf16_tensor(*y.hb, M, y.in, false) : bf16_tensor(*y.wb, y.out, y.in, false);
-      case GemmRole::Dgrad: return operand == 0 ? bf16_tensor(*y.dzb, M, y.out, false) : bf16_tensor(*y.wb, y.out, y.in, true);
-      case GemmRole::Wgrad: return operand == 0 ? bf16_tensor(*y.hb, M, y.in, true) : bf16_tensor(*y.dzb, M, y.out, true);
-    }
-  }
-  const auto weight = [&](bool transposed) {
-    if (y.w2d) {
-      QuantizedTensor w = nv_tensor(*y.w2d, y.out, y.in, true, download_global(y.w2d_global->p));
-      return transposed ? transpose_tiles(w) : w;
-    }
-    return transposed ? nv_tensor(y.w_dual->col, y.in, y.out, false, download_global(y.w_dual->globals->p + 1))
-                      : nv_tensor(y.w_dual->row, y.out, y.in, false, download_global(y.w_dual->globals->p));
-  };
-  switch (role) {
-    case GemmRole::Fprop:
-      return operand == 0 ? nv_tensor(y.x->row, M, y.in, false, download_global(y.x->globals->p)) : weight(false);
-    case GemmRole::Dgrad:
-      return operand == 0 ? nv_tensor(y.dy->row, M, y.out, false, download_global(y.dy->globals->p)) : weight(true);
-    case GemmRole::Wgrad:
-      return operand == 0 ? nv_tensor(y.x->col, y.in, M, false, download_global(y.x->globals->p + 1))
-                          : nv_tensor(y.dy->col, y.out, M, false, download_global(y.dy->globals->p + 1));
-  }
-  return {};
+  return download_operand(m.operand_location(y, role, operand));
 }
 
 }  // namespace fp4d::cuda
