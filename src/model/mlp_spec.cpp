@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/lr_schedule.hpp"
+
 namespace fp4d {
 
 Activation parse_activation(const std::string& s) {
@@ -81,25 +83,7 @@ void validate(const MlpSpec& s) {
 }
 
 double lr_at(const MlpSpec& s, std::int64_t step) {
-  if (s.schedule == "constant") return s.lr;
-  const auto t = static_cast<double>(step);
-  const auto total = static_cast<double>(s.total_steps);
-  const auto warm = static_cast<double>(s.warmup_steps);
-  if (step >= s.total_steps) return 0.0;
-  // Linear warmup: step 0 gets 1/warmup, step warmup-1 the full rate.
-  const double fw = step < s.warmup_steps ? (t + 1.0) / warm : 1.0;
-  if (s.schedule == "warmup-cosine") {
-    if (step < s.warmup_steps) return s.lr * fw;
-    const double p = (t - warm) / (total - warm);  // in [0, 1): total > step >= warmup
-    return s.lr * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p));
-  }
-  if (s.schedule == "warmup-stable-decay") {
-    // Linear decay to 0 at total_steps over the last decay_fraction * total_steps steps.
-    const double d = s.decay_fraction * total;
-    const double fd = d > 0.0 ? std::min(1.0, (total - t) / d) : 1.0;
-    return s.lr * std::min(fw, fd);
-  }
-  throw std::invalid_argument("mlp: schedule '" + s.schedule + "' is unknown");
+  return scheduled_lr(LrSchedule{s.schedule, s.lr, s.warmup_steps, s.total_steps, s.decay_fraction}, step);
 }
 
 }  // namespace fp4d

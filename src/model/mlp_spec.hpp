@@ -107,10 +107,8 @@ std::int64_t weight_rows(const MlpSpec& s, int layer);
 bool norm_at(const MlpSpec& s, int layer);
 // Whether layer l adds its input to its output (residual, 1 <= l <= L-2, equal widths).
 bool residual_at(const MlpSpec& s, int layer);
-// The learning rate of step `step` (0-based). Warmup: lr (step + 1) / warmup_steps for
-// step < warmup_steps. warmup-cosine: then lr 0.5 (1 + cos(pi (step - warmup) / (total - warmup))).
-// warmup-stable-decay: lr min(warmup factor, (total - step) / (decay_fraction total)). Both
-// are 0 from total_steps on; constant ignores warmup and total.
+// The learning rate of step `step` (0-based): model/lr_schedule.hpp's scheduled_lr of the
+// spec's schedule fields (warmup, then cosine or stable-then-linear-decay; 0 from total_steps on).
 double lr_at(const MlpSpec& s, std::int64_t step);
 
 // The product of one GEMM of the low-precision run: role, layer and step identify it (the
