@@ -13,14 +13,15 @@
 //   tokens   batch x (seq_len + 1) int32 ids in [0, vocab); inputs x = tokens[:, :-1],
 //            targets y = tokens[:, 1:].
 //   blocks   pattern, one letter per block (block index = position in the string):
-//            A = attention, F = SwiGLU FFN. Other letters are refused (Mamba-2's M is not
-//            implemented yet).
+//            A = attention, F = SwiGLU FFN; any other letter is refused (std::invalid_argument
+//            naming `pattern` and the letter).
 //   embed    H_0[i] = E[x_i], E [vocab x d] (the stored row: FP32 master values in the
 //            low-precision run, no rounding).
 //   norm     rmsnorm_g(h)_ij = n_ij g_j, n_ij = h_ij rinv_i, rinv_i = 1 / sqrt(sum_j h_ij^2 / d
-//            + norm_eps) (sum in ascending j, in T). A learned gain g [d] per norm, init 1: the
-//            transformer convention (an LM's norms feed attention and SwiGLU, not only one
-//            linear map, and the gains are where its outlier channels show).
+//            + norm_eps) (sum in ascending j, in T). A learned gain g [d] per norm, init 1, as
+//            transformers have: W diag(g) could absorb it in exact arithmetic, but it acts
+//            before the GEMM's quantization (it shapes the quantized activations, their
+//            outlier channels included) and AdamW moves it with its own moments and no decay.
 //   block    pre-norm residual: H_{b+1} = H_b + block_b(rmsnorm_{g_b}(H_b)).
 //   A        a = rmsnorm(H). fused_qkv: [Q K V] = a W_qkv^T, W_qkv = [W_q; W_k; W_v]
 //            [(heads + 2 kv_heads) hd x d]; else three linears W_q [heads hd x d],
