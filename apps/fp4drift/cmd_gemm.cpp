@@ -1,7 +1,7 @@
 // fp4drift gemm: the Fprop / Dgrad / Wgrad GEMM of a linear layer under one or more recipes,
 // each against the exact product, with the error split into its quantization and
-// accumulation parts (sim/gemm_experiment.hpp). Output: HDF5 (written as OUT.partial and
-// renamed when complete), a table on stdout, or JSON.
+// accumulation parts (sim/gemm_experiment.hpp). Output: HDF5 (trace/gemm_trace.hpp: written
+// as OUT.partial and renamed when complete), a table on stdout, or JSON.
 #include <omp.h>
 
 #include <chrono>
@@ -21,7 +21,7 @@
 #include "ref/reference_gemm.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
-#include "trace/output_file.hpp"
+#include "trace/gemm_trace.hpp"
 #include "trace/tensor_io.hpp"
 #include "util/checked_size.hpp"
 #include "util/memory.hpp"
@@ -104,19 +104,6 @@ Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, s
   g.outlier_scale = a.outlier_scale;
   *source = "generator:" + describe(g);
   return generate(g);
-}
-
-void write_stats(h5::Group g, const std::string& prefix, const ErrorStats& s) {
-  g.set_attr(prefix + "_rel_frobenius", s.rel_frobenius);
-  g.set_attr(prefix + "_max_abs", s.max_abs);
-  g.set_attr(prefix + "_bias", s.bias);
-}
-
-void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& b) {
-  g.set_attr(prefix + "_min", b.min);
-  g.set_attr(prefix + "_p01", b.p01);
-  g.set_attr(prefix + "_median", b.median);
-  g.set_attr(prefix + "_exact_fraction", b.exact_fraction);
 }
 
 // The sizes a gemm run forms, each refused (UsageError naming --m/--n/--k and the limit)
@@ -232,29 +219,18 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
       if (gemm_recipe(nm).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(nm).rht_wgrad && a.m % 16 != 0)
         throw UsageError("recipe " + nm + " applies RHT-16 along the token dimension: --m must be a multiple of 16");
 
-  OutputFile file(a.out, "fp4drift.gemm", 1, command_line);
-  if (file.enabled()) {
-    h5::Group root = file.root();
-    root.set_attr("role", a.role);
-    root.set_attr("m", a.m);
-    root.set_attr("n", a.n);
-    root.set_attr("k", a.k);
-    root.set_attr("backend", a.backend);
-    root.set_attr("reference", std::string("exact: fixed-point accumulation of the exact block products, rounded once"));
-    root.set_attr("source_" + ops.first_name, src1);
-    root.set_attr("source_" + ops.second_name, src2);
-  }
+  GemmTraceHeader header;
+  header.role = a.role;
+  header.m = a.m, header.n = a.n, header.k = a.k;
+  header.backend = a.backend;
+  header.first_source = src1;
+  header.second_source = src2;
+  GemmTrace trace(a.out, command_line, ops, header, a.save_tensors);
 
   std::optional<FloatReferenceReport> fref;
   if (!a.reference_precision.empty()) {
     fref = float_reference(ops, a.reference_precision);
-    if (file.enabled()) {
-      h5::Group root = file.root();
-      root.set_attr("float_reference_precision", fref->precision);
-      root.set_attr("float_reference_max_rel_vs_exact", fref->max_rel_vs_exact);
-      root.set_attr("float_reference_certified_digits", fref->cert.digits);
-      root.set_attr("float_reference_certified_elements", fref->cert.compared);
-    }
+    trace.set_float_reference(fref->precision, fref->max_rel_vs_exact, fref->cert.digits, fref->cert.compared);
   }
 
   GemmExperimentOptions opt;
@@ -271,7 +247,6 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
     };
   }
   std::vector<GemmResult> results;
-  bool exact_file_written = false;
   const auto started = std::chrono::steady_clock::now();
   std::string current;  // the recipe whose exact products are running
   if (long_run)
@@ -288,39 +263,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
                    results.size() + 1, names.size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60);
     if (!device_path.empty()) r.product_path = device_path;
-    if (file.enabled()) {
-      h5::Group root = file.root();
-      if (a.save_tensors && !exact_file_written) {
-        root.write("operand_" + ops.first_name, ops.first.data,
-                   h5::Dims{static_cast<std::uint64_t>(ops.first.rows), static_cast<std::uint64_t>(ops.first.cols)});
-        root.write("operand_" + ops.second_name, ops.second.data,
-                   h5::Dims{static_cast<std::uint64_t>(ops.second.rows), static_cast<std::uint64_t>(ops.second.cols)});
-        root.write("exact", r.exact, h5::Dims{static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols)});
-        exact_file_written = true;
-      }
-      h5::Group g = root.require_group("recipes").create_group(nm);
-      g.set_attr("description", gemm_recipe(nm).description);
-      g.set_attr("sr_draws", static_cast<std::int64_t>(r.draws));
-      g.set_attr("split_exact", r.split_exact);
-      write_stats(g, "total", r.total);
-      write_stats(g, "quantization", r.quantization);
-      write_stats(g, "accumulation", r.accumulation);
-      write_stats(g, "accumulation_dequant_fp32", r.accumulation_dequant_fp32);
-      write_bits(g, "accumulation_bits", r.accumulation_bits);
-      write_bits(g, "accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32);
-      g.set_attr("product_path", r.product_path);
-      g.set_attr("sr_rel_bias", r.sr_rel_bias);
-      g.set_attr("sr_rel_std", r.sr_rel_std);
-      const h5::Dims cd{static_cast<std::uint64_t>(r.rows), static_cast<std::uint64_t>(r.cols)};
-      g.write("computed", r.computed, cd);
-      if (a.save_tensors) {
-        g.write("exact_quantized", r.exact_quantized, cd);
-        write_quantized(g.create_group("A"), r.qa,
-                        h5::Dims{static_cast<std::uint64_t>(r.qa.input_rows), static_cast<std::uint64_t>(r.qa.input_cols)});
-        write_quantized(g.create_group("B"), r.qb,
-                        h5::Dims{static_cast<std::uint64_t>(r.qb.input_rows), static_cast<std::uint64_t>(r.qb.input_cols)});
-      }
-    }
+    trace.add(r, gemm_recipe(nm).description);
     r.computed.clear();
     r.exact.clear();
     r.exact_quantized.clear();
@@ -328,9 +271,7 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
     r.qb = QuantizedTensor();
     results.push_back(std::move(r));
   }
-  std::vector<std::string> order;
-  for (const GemmResult& r : results) order.push_back(r.recipe);
-  file.complete(order);
+  trace.complete();
 
   if (a.json) {
     nlohmann::ordered_json j = {{"role", a.role}, {"backend", a.backend}, {"m", a.m}, {"n", a.n}, {"k", a.k},

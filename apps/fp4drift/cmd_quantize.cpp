@@ -1,6 +1,7 @@
 // fp4drift quantize: one tensor through one or more quantization recipes, with the error
-// statistics of each against the exact values. Output: an HDF5 file (written to
-// OUT.partial and renamed only when complete), a table on stdout, or JSON with --json.
+// statistics of each against the exact values. Output: an HDF5 file
+// (trace/quantize_trace.hpp: written to OUT.partial and renamed only when complete), a table
+// on stdout, or JSON with --json.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,10 +15,10 @@
 #include "quant/quantize.hpp"
 #include "quant/presets.hpp"
 #include "sim/generators.hpp"
-#include "trace/output_file.hpp"
+#include "trace/quantize_trace.hpp"
+#include "trace/tensor_io.hpp"
 #include "util/checked_size.hpp"
 #include "util/memory.hpp"
-#include "trace/tensor_io.hpp"
 
 namespace fp4d::cli {
 
@@ -247,27 +248,18 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
     }
 
   // ---- output file: written as OUT.partial, renamed when complete --------------------
-  OutputFile file(a.out, "fp4drift.quantize", 1, command_line);
-  if (file.enabled()) {
-    h5::Group root = file.root();
-    root.set_attr("source", source);
-    root.set_attr("backend", a.backend);
-    root.write("input", x.data, dims);
-  }
-
+  QuantizeTrace trace(a.out, command_line, source, a.backend, x, dims);
   std::vector<std::pair<std::string, QuantizedTensor>> results;
   for (const auto& [name, s] : specs) {
     QuantizedTensor q = backend.quantize(x, s);
-    if (file.enabled()) write_quantized(file.root().require_group("recipes").create_group(name), q, dims);
+    trace.add(name, q);
     q.codes.clear();  // keep the statistics only
     q.codes16.clear();
     q.dequantized = Matrix();
     q.transformed = Matrix();
     results.emplace_back(name, std::move(q));
   }
-  std::vector<std::string> order;
-  for (const auto& [name, q] : results) order.push_back(name);
-  file.complete(order);
+  trace.complete();
 
   if (a.json) {
     print_json(std::cout, source, a.out, results);

@@ -1,6 +1,6 @@
 // fp4drift run CONFIG: one experiment from a config file. Workloads: `sum` and
-// `dot` (sim/sum_dot_run.hpp), `mlp` (sim/mlp_run.hpp). The trace (schema fp4drift.run v1,
-// docs/trace-format.md) carries the config text and the provenance.
+// `dot` (sim/sum_dot_run.hpp, trace/sum_dot_trace.hpp), `mlp` (sim/mlp_run.hpp). The trace
+// (schema fp4drift.run v1, docs/trace-format.md) carries the config text and the provenance.
 //  sum/dot: written as OUT.partial and renamed when complete (they take seconds); SIGINT or
 //       SIGTERM stops the run, removes OUT.partial and exits 130.
 //  mlp: written under OUT as it goes, status running -> complete | interrupted | failed,
@@ -21,7 +21,7 @@
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "trace/h5.hpp"
-#include "trace/output_file.hpp"
+#include "trace/sum_dot_trace.hpp"
 #include "util/config.hpp"
 
 namespace fp4d::cli {
@@ -209,23 +209,16 @@ struct StopSignals {
 };
 
 // A sum/dot run: short, and written whole as OUT.partial renamed when complete. SIGINT or
-// SIGTERM stops it within a few thousand terms (SumDotInterrupted), and the OutputFile's
+// SIGTERM stops it within a few thousand terms (SumDotInterrupted), and the trace's
 // destructor removes the partial file as the exception leaves this function.
-int run_sum_dot_workload(const RunArgs& a, Config& cfg, const std::string& workload, const SumDotRun& run,
-                         const std::string& command_line) {
+int run_sum_dot_workload(const RunArgs& a, const Config& cfg, const SumDotRun& run, const std::string& command_line) {
   const StopSignals signals;
-  OutputFile file(a.out, "fp4drift.run", 1, command_line);
-  if (file.enabled()) {
-    h5::Group root = file.root();
-    root.set_attr("workload", workload);
-    root.set_attr("config", cfg.text());
-    root.set_attr("config_source", a.config);
-  }
+  SumDotTrace trace(a.out, command_line, run, cfg.text(), a.config);
   const SumDotResult r = run_sum_dot(run, &g_stop);
-  if (file.enabled()) {
-    write_sum_dot(file.root(), run, r);
+  if (trace.enabled()) {
+    trace.write(run, r);
     if (g_stop.load()) throw SumDotInterrupted();  // a signal while the trace was written
-    file.complete();
+    trace.complete();
   }
   if (a.json) json_sum_dot(run, r);
   else {
@@ -260,9 +253,9 @@ int run_run(const RunArgs& a, const std::string& command_line) {
   const SumDotRun run = parse_sum_dot_run(cfg, workload, a.steps);
   cfg.finish();
   try {
-    return run_sum_dot_workload(a, cfg, workload, run, command_line);
+    return run_sum_dot_workload(a, cfg, run, command_line);
   } catch (const SumDotInterrupted&) {
-    // The output (OUT.partial) is gone with the OutputFile: a sum/dot run is written whole.
+    // The output (OUT.partial) is gone with the SumDotTrace: a sum/dot run is written whole.
     std::fprintf(stderr, "fp4drift: interrupted: the %s run stopped early; nothing was written\n", workload.c_str());
     return 130;
   }

@@ -80,43 +80,4 @@ SumDotResult run_sum_dot(const SumDotRun& run, const std::atomic<bool>* stop) {
   return sum_dot(options, a, b);
 }
 
-void write_sum_dot(h5::Group root, const SumDotRun& run, const SumDotResult& r) {
-  h5::Group g = root.create_group("sum_dot");
-  g.set_attr("operation", std::string(run.dot ? "dot" : "sum"));
-  g.set_attr("terms", run.a.kind);
-  g.set_attr("c", run.a.c);
-  if (run.dot) {
-    g.set_attr("b_terms", run.b.kind);
-    g.set_attr("b_c", run.b.c);
-    g.set_attr("round_products", run.options.round_products);
-  }
-  g.set_attr("n_terms", run.n);
-  g.set_attr("format", run.format_name);
-  g.set_attr("precision_bits", static_cast<std::int64_t>(run.options.format.precision));
-  g.set_attr("rounding", run.rounding_name);
-  g.set_attr("sr_bits", static_cast<std::int64_t>(run.options.rounding.sr_bits));
-  g.set_attr("seed", static_cast<std::uint64_t>(run.a.seed));
-  g.set_attr("runs", static_cast<std::int64_t>(run.options.runs));
-  g.set_attr("float32_terms", run.a.float32);
-  const std::size_t P = r.points.size(), R = static_cast<std::size_t>(run.options.runs);
-  std::vector<std::int64_t> n(P);
-  std::vector<double> exact(P), mean(P), rms(P), var(P), half(P), computed(P * R), error(P * R);
-  for (std::size_t i = 0; i < P; ++i) {
-    const SumDotPoint& p = r.points[i];
-    n[i] = p.n, exact[i] = p.exact, mean[i] = p.mean_error, rms[i] = p.rms_error;
-    var[i] = p.sr_variance, half[i] = p.sr_half_step_sq;
-    for (std::size_t k = 0; k < R; ++k) computed[i * R + k] = p.computed[k], error[i * R + k] = p.error[k];
-  }
-  const h5::Dims d1{static_cast<std::uint64_t>(P)}, d2{static_cast<std::uint64_t>(P), static_cast<std::uint64_t>(R)};
-  g.write("n", n, d1);
-  g.write("exact", exact, d1);
-  g.write("computed", computed, d2);
-  g.write("error", error, d2);
-  g.write("mean_error", mean, d1);
-  g.write("rms_error", rms, d1);
-  g.write("sr_variance", var, d1);
-  g.write("sr_half_step_sq", half, d1);
-  g.write("first_stagnation", r.first_stagnation, h5::Dims{static_cast<std::uint64_t>(r.first_stagnation.size())});
-}
-
 }  // namespace fp4d

@@ -1,6 +1,6 @@
 // The `sum` and `dot` workloads of `fp4drift run`: the [sum] / [dot] section of a
-// config file -> SumDotOptions and terms, and the result -> the run trace's /sum_dot group
-// (docs/trace-format.md, "run").
+// config file -> SumDotOptions and terms, and the run itself. Its trace is
+// trace/sum_dot_trace.hpp's.
 //
 //   workload = "sum"            # or "dot"
 //   [sum]                       # [dot] for dot products
@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "sim/sum_dot.hpp"
-#include "trace/h5.hpp"
 #include "util/config.hpp"
 
 namespace fp4d {
@@ -43,10 +42,5 @@ SumDotRun parse_sum_dot_run(Config& cfg, const std::string& workload, std::int64
 
 // stop: checked every few thousand terms (SumDotInterrupted when it became true).
 SumDotResult run_sum_dot(const SumDotRun& run, const std::atomic<bool>* stop = nullptr);
-
-// /sum_dot: attributes (the resolved options) and datasets n [P], exact [P], computed [P x R],
-// error [P x R], mean_error [P], rms_error [P], sr_variance [P], sr_half_step_sq [P],
-// first_stagnation [R] (P points, R runs).
-void write_sum_dot(h5::Group root, const SumDotRun& run, const SumDotResult& r);
 
 }  // namespace fp4d

@@ -1,10 +1,12 @@
-// Tensors in and out of HDF5: reading an input dataset named "file.h5:/path", and writing
-// a quantization result in the layout of docs/trace-format.md ("quantize").
+// Tensors into a command from HDF5: an input dataset named "file.h5:/path", read or only
+// inspected. Reading only: what a command writes belongs to its trace module
+// (trace/quantize_trace.hpp, trace/gemm_trace.hpp, ...).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
-#include "quant/quantized.hpp"
+#include "quant/matrix.hpp"
 #include "trace/h5.hpp"
 
 namespace fp4d {
@@ -32,9 +34,5 @@ struct MatrixShape {
   h5::Dims dims;  // the dataset's own shape
 };
 MatrixShape inspect_matrix(const TensorSource& src);
-
-// One quantization under group g: attributes describing the spec, codes, scales,
-// dequantized (with the input's dims), transformed (RHT), and a "stats" subgroup.
-void write_quantized(h5::Group g, const QuantizedTensor& q, const h5::Dims& input_dims);
 
 }  // namespace fp4d

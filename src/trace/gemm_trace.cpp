@@ -1,0 +1,87 @@
+#include "trace/gemm_trace.hpp"
+
+#include "trace/quantize_trace.hpp"
+
+namespace fp4d {
+
+namespace {
+
+h5::Dims dims(std::int64_t rows, std::int64_t cols) {
+  return h5::Dims{static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols)};
+}
+
+void write_stats(h5::Group g, const std::string& prefix, const ErrorStats& s) {
+  g.set_attr(prefix + "_rel_frobenius", s.rel_frobenius);
+  g.set_attr(prefix + "_max_abs", s.max_abs);
+  g.set_attr(prefix + "_bias", s.bias);
+}
+
+void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& b) {
+  g.set_attr(prefix + "_min", b.min);
+  g.set_attr(prefix + "_p01", b.p01);
+  g.set_attr(prefix + "_median", b.median);
+  g.set_attr(prefix + "_exact_fraction", b.exact_fraction);
+}
+
+}  // namespace
+
+GemmTrace::GemmTrace(const std::string& path, const std::string& command_line, const GemmOperands& ops,
+                     const GemmTraceHeader& header, bool save_tensors)
+    : file_(path, "fp4drift.gemm", 1, command_line), ops_(ops), save_tensors_(save_tensors) {
+  if (!enabled()) return;
+  h5::Group root = file_.root();
+  root.set_attr("role", header.role);
+  root.set_attr("m", header.m);
+  root.set_attr("n", header.n);
+  root.set_attr("k", header.k);
+  root.set_attr("backend", header.backend);
+  root.set_attr("reference", std::string("exact: fixed-point accumulation of the exact block products, rounded once"));
+  root.set_attr("source_" + ops.first_name, header.first_source);
+  root.set_attr("source_" + ops.second_name, header.second_source);
+}
+
+void GemmTrace::set_float_reference(const std::string& precision, double max_rel_vs_exact, double certified_digits,
+                                    std::int64_t certified_elements) {
+  if (!enabled()) return;
+  h5::Group root = file_.root();
+  root.set_attr("float_reference_precision", precision);
+  root.set_attr("float_reference_max_rel_vs_exact", max_rel_vs_exact);
+  root.set_attr("float_reference_certified_digits", certified_digits);
+  root.set_attr("float_reference_certified_elements", certified_elements);
+}
+
+void GemmTrace::write_operands(const GemmResult& r) {
+  h5::Group root = file_.root();
+  root.write("operand_" + ops_.first_name, ops_.first.data, dims(ops_.first.rows, ops_.first.cols));
+  root.write("operand_" + ops_.second_name, ops_.second.data, dims(ops_.second.rows, ops_.second.cols));
+  root.write("exact", r.exact, dims(r.rows, r.cols));
+  operands_written_ = true;
+}
+
+void GemmTrace::add(const GemmResult& r, const std::string& description) {
+  order_.push_back(r.recipe);
+  if (!enabled()) return;
+  if (save_tensors_ && !operands_written_) write_operands(r);
+  h5::Group g = file_.root().require_group("recipes").create_group(r.recipe);
+  g.set_attr("description", description);
+  g.set_attr("sr_draws", static_cast<std::int64_t>(r.draws));
+  g.set_attr("split_exact", r.split_exact);
+  write_stats(g, "total", r.total);
+  write_stats(g, "quantization", r.quantization);
+  write_stats(g, "accumulation", r.accumulation);
+  write_stats(g, "accumulation_dequant_fp32", r.accumulation_dequant_fp32);
+  write_bits(g, "accumulation_bits", r.accumulation_bits);
+  write_bits(g, "accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32);
+  g.set_attr("product_path", r.product_path);
+  g.set_attr("sr_rel_bias", r.sr_rel_bias);
+  g.set_attr("sr_rel_std", r.sr_rel_std);
+  const h5::Dims cd = dims(r.rows, r.cols);
+  g.write("computed", r.computed, cd);
+  if (save_tensors_) {
+    g.write("exact_quantized", r.exact_quantized, cd);
+    write_quantized(g.create_group("A"), r.qa, dims(r.qa.input_rows, r.qa.input_cols));
+    write_quantized(g.create_group("B"), r.qb, dims(r.qb.input_rows, r.qb.input_cols));
+  }
+}
+
+}  // namespace fp4d
