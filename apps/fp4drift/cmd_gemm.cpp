@@ -183,19 +183,27 @@ void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::
   if (a.save_tensors && a.out.empty()) throw UsageError("--save-tensors writes into --out FILE, and none is given");
 }
 
-int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& given) {
-  const Backend& backend = select_backend(a.backend);
+// What a gemm run will do, settled before anything is generated, read or written: a command
+// line that would be refused is refused at once.
+struct GemmPlan {
+  GemmRole role = GemmRole::Fprop;
+  std::vector<std::string> names;               // the recipes, in run order
+  std::int64_t r1 = 0, c1 = 0, r2 = 0, c2 = 0;  // the operands' shapes
+  bool long_run = false;                        // the exact products are announced and followed
+};
+
+// The options and sizes checked (UsageError), the memory need against what is available.
+GemmPlan plan_gemm(const GemmArgs& a, const Backend& backend, const Given& given) {
   if (a.fp8_fast_accumulation && !backend.is_device())
     throw UsageError("--fp8-fast-accumulation needs a device backend (--backend cuda): it is a tensor-core mode");
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
   if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
-  GemmOperands ops;
-  ops.role = parse_gemm_role(a.role);
-  const std::vector<std::string> names = expand_gemm_recipe_names(a.recipes);
-  refuse_unapplied_options(a, given, names);
-  std::int64_t r1, c1, r2, c2;
-  expected_shapes(ops.role, a.m, a.n, a.k, &r1, &c1, &r2, &c2);
-  const GemmSizes sizes = checked_gemm_sizes(a, ops.role, r1, c1, r2, c2);
+  GemmPlan p;
+  p.role = parse_gemm_role(a.role);
+  p.names = expand_gemm_recipe_names(a.recipes);
+  refuse_unapplied_options(a, given, p.names);
+  expected_shapes(p.role, a.m, a.n, a.k, &p.r1, &p.c1, &p.r2, &p.c2);
+  const GemmSizes sizes = checked_gemm_sizes(a, p.role, p.r1, p.c1, p.r2, p.c2);
   if (!a.force_memory) {
     const std::string short_by = memory_shortfall(static_cast<std::uint64_t>(gemm_bytes(sizes)));
     if (!short_by.empty())
@@ -203,64 +211,95 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
                        " " + short_by + "; --force-memory to try anyway");
   }
   // A long exact reference is announced (stderr: stdout may be JSON), and followed recipe by
-  // recipe below, so that a run of hours is not mistaken for a hang.
-  const double exact_s = gemm_exact_seconds(sizes, names.size());
-  const bool long_run = exact_s > 60;
-  if (long_run)
+  // recipe (run_recipes), so that a run of hours is not mistaken for a hang.
+  const double exact_s = gemm_exact_seconds(sizes, p.names.size());
+  p.long_run = exact_s > 60;
+  if (p.long_run)
     std::fprintf(stderr, "fp4drift gemm: the exact products of %zu recipe(s) will take about %.0f minutes on %d threads\n",
-                 names.size(), exact_s / 60, omp_get_max_threads());
-  ops.first_name = ops.role == GemmRole::Dgrad ? "dY" : "X";
-  ops.second_name = ops.role == GemmRole::Fprop || ops.role == GemmRole::Dgrad ? "W" : "dY";
-  std::string src1, src2;
-  ops.first = operand(a, a.input_first, r1, c1, a.data_seed, ops.first_name, &src1);
-  ops.second = operand(a, a.input_second, r2, c2, a.data_seed + 1, ops.second_name, &src2);
-  if (ops.role == GemmRole::Wgrad)
-    for (const std::string& nm : names)
-      if (gemm_recipe(nm).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(nm).rht_wgrad && a.m % 16 != 0)
-        throw UsageError("recipe " + nm + " applies RHT-16 along the token dimension: --m must be a multiple of 16");
+                 p.names.size(), exact_s / 60, omp_get_max_threads());
+  return p;
+}
 
-  GemmTraceHeader header;
-  header.role = a.role;
-  header.m = a.m, header.n = a.n, header.k = a.k;
-  header.backend = a.backend;
-  header.first_source = src1;
-  header.second_source = src2;
-  GemmTrace trace(a.out, command_line, ops, header, a.save_tensors);
+// The role's two operands, generated or read, and where each came from (for the trace).
+struct LoadedOperands {
+  GemmOperands ops;
+  std::string first_source, second_source;
+};
 
-  std::optional<FloatReferenceReport> fref;
-  if (!a.reference_precision.empty()) {
-    fref = float_reference(ops, a.reference_precision);
-    trace.set_float_reference(fref->precision, fref->max_rel_vs_exact, fref->cert.digits, fref->cert.compared);
-  }
+LoadedOperands load_operands(const GemmArgs& a, const GemmPlan& p) {
+  LoadedOperands l;
+  l.ops.role = p.role;
+  l.ops.first_name = p.role == GemmRole::Dgrad ? "dY" : "X";
+  l.ops.second_name = p.role == GemmRole::Fprop || p.role == GemmRole::Dgrad ? "W" : "dY";
+  l.ops.first = operand(a, a.input_first, p.r1, p.c1, a.data_seed, l.ops.first_name, &l.first_source);
+  l.ops.second = operand(a, a.input_second, p.r2, p.c2, a.data_seed + 1, l.ops.second_name, &l.second_source);
+  return l;
+}
 
+// RHT-16 along the token dimension (the Wgrad recipes that apply it) needs M in whole tiles.
+void refuse_partial_rht_tiles(const GemmArgs& a, const GemmPlan& p) {
+  if (p.role != GemmRole::Wgrad) return;
+  for (const std::string& nm : p.names)
+    if (gemm_recipe(nm).kind == GemmRecipe::Kind::Nvfp4 && gemm_recipe(nm).rht_wgrad && a.m % 16 != 0)
+      throw UsageError("recipe " + nm + " applies RHT-16 along the token dimension: --m must be a multiple of 16");
+}
+
+// The trace's root attributes: the run as the command line gave it.
+GemmTraceHeader trace_header(const GemmArgs& a, const LoadedOperands& l) {
+  GemmTraceHeader h;
+  h.role = a.role;
+  h.m = a.m, h.n = a.n, h.k = a.k;
+  h.backend = a.backend;
+  h.first_source = l.first_source;
+  h.second_source = l.second_source;
+  return h;
+}
+
+// --reference-precision: the float reference's report, recorded in the trace.
+std::optional<FloatReferenceReport> float_reference_if_asked(const GemmArgs& a, const GemmOperands& ops, GemmTrace& trace) {
+  if (a.reference_precision.empty()) return std::nullopt;
+  const FloatReferenceReport r = float_reference(ops, a.reference_precision);
+  trace.set_float_reference(r.precision, r.max_rel_vs_exact, r.cert.digits, r.cert.compared);
+  return r;
+}
+
+// The experiment's options; on a device backend its products run there, and *device_path
+// names the path the last one took.
+GemmExperimentOptions experiment_options(const GemmArgs& a, const Backend& backend, std::string* device_path) {
   GemmExperimentOptions opt;
   opt.seed = a.seed;
   opt.draws = a.draws;
-  std::string device_path;  // the path the last device product took
   if (backend.is_device()) {
     GemmProductOptions product_options;
     product_options.fp8_fast_accumulation = a.fp8_fast_accumulation;
-    opt.product = [&backend, product_options, &device_path, product = backend.gemm_product(product_options)](
+    opt.product = [&backend, product_options, device_path, product = backend.gemm_product(product_options)](
                       const QuantizedTensor& A, const QuantizedTensor& B) {
-      device_path = backend.gemm_path(A, B, product_options);
+      *device_path = backend.gemm_path(A, B, product_options);
       return product(A, B);
     };
   }
+  return opt;
+}
+
+// Every recipe in turn, each result added to the trace and then kept as its statistics only
+// (the products and quantized operands can be large, and the trace has them).
+std::vector<GemmResult> run_recipes(const GemmPlan& p, const GemmOperands& ops, GemmExperimentOptions opt,
+                                    const std::string& device_path, GemmTrace& trace) {
   std::vector<GemmResult> results;
   const auto started = std::chrono::steady_clock::now();
   std::string current;  // the recipe whose exact products are running
-  if (long_run)
-    opt.exact_progress = [&current, &names, &results](const char* which, std::int64_t done, std::int64_t rows) {
+  if (p.long_run)
+    opt.exact_progress = [&current, &p, &results](const char* which, std::int64_t done, std::int64_t rows) {
       std::fprintf(stderr, "fp4drift gemm: recipe %s (%zu of %zu): exact product of the %s, %.0f%% of %lld rows\n",
-                   current.c_str(), results.size() + 1, names.size(), which,
+                   current.c_str(), results.size() + 1, p.names.size(), which,
                    100.0 * static_cast<double>(done) / static_cast<double>(rows), static_cast<long long>(rows));
     };
-  for (const std::string& nm : names) {
+  for (const std::string& nm : p.names) {
     current = nm;
     GemmResult r = run_gemm_experiment(ops, gemm_recipe(nm), opt);
-    if (long_run)
+    if (p.long_run)
       std::fprintf(stderr, "fp4drift gemm: recipe %s done (%zu of %zu), %.1f minutes so far\n", nm.c_str(),
-                   results.size() + 1, names.size(),
+                   results.size() + 1, p.names.size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60);
     if (!device_path.empty()) r.product_path = device_path;
     trace.add(r, gemm_recipe(nm).description);
@@ -271,35 +310,41 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
     r.qb = QuantizedTensor();
     results.push_back(std::move(r));
   }
-  trace.complete();
+  return results;
+}
 
-  if (a.json) {
-    nlohmann::ordered_json j = {{"role", a.role}, {"backend", a.backend}, {"m", a.m}, {"n", a.n}, {"k", a.k},
-                                {"recipes", nlohmann::ordered_json::array()}};
-    for (const GemmResult& r : results) {
-      nlohmann::ordered_json o = {{"name", r.recipe}, {"split_exact", r.split_exact}, {"sr_draws", r.draws}};
-      for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
-                                   std::pair{"accumulation", r.accumulation},
-                                   std::pair{"accumulation_dequant_fp32", r.accumulation_dequant_fp32}})
-        o[key] = {{"rel_frobenius", s.rel_frobenius}, {"max_abs", s.max_abs}, {"bias", s.bias}};
-      for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
-                                   std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
-        o[key] = {{"min", b.min}, {"p01", b.p01}, {"median", b.median}, {"exact_fraction", b.exact_fraction}};
-      o["product_path"] = r.product_path;
-      if (r.draws > 1) {
-        o["sr_rel_bias"] = r.sr_rel_bias;
-        o["sr_rel_std"] = r.sr_rel_std;
-      }
-      j["recipes"].push_back(std::move(o));
+// --json: one line, every recipe's statistics.
+void print_json(const GemmArgs& a, const std::vector<GemmResult>& results) {
+  nlohmann::ordered_json j = {{"role", a.role}, {"backend", a.backend}, {"m", a.m}, {"n", a.n}, {"k", a.k},
+                              {"recipes", nlohmann::ordered_json::array()}};
+  for (const GemmResult& r : results) {
+    nlohmann::ordered_json o = {{"name", r.recipe}, {"split_exact", r.split_exact}, {"sr_draws", r.draws}};
+    for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
+                                 std::pair{"accumulation", r.accumulation},
+                                 std::pair{"accumulation_dequant_fp32", r.accumulation_dequant_fp32}})
+      o[key] = {{"rel_frobenius", s.rel_frobenius}, {"max_abs", s.max_abs}, {"bias", s.bias}};
+    for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
+                                 std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
+      o[key] = {{"min", b.min}, {"p01", b.p01}, {"median", b.median}, {"exact_fraction", b.exact_fraction}};
+    o["product_path"] = r.product_path;
+    if (r.draws > 1) {
+      o["sr_rel_bias"] = r.sr_rel_bias;
+      o["sr_rel_std"] = r.sr_rel_std;
     }
-    // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
-    // throwing after the work is done.
-    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return 0;
+    j["recipes"].push_back(std::move(o));
   }
+  // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
+  // throwing after the work is done.
+  std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+}
+
+// The table on stdout: a line per recipe (with the device's accumulation bits and path, and
+// SR's bias and spread where they apply), the float reference's report, the output's name.
+void print_table(const GemmArgs& a, const Backend& backend, const std::string& first_source,
+                 const std::vector<GemmResult>& results, const std::optional<FloatReferenceReport>& fref) {
   std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s\n", a.role.c_str(),
-              static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k), src1.c_str(),
-              a.backend.c_str());
+              static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k),
+              first_source.c_str(), a.backend.c_str());
   std::printf("%-20s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
               "accum(deq32)", "total bias", "split");
   for (const GemmResult& r : results) {
@@ -322,9 +367,32 @@ int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& gi
                 fref->precision.c_str(), fref->max_rel_vs_exact, static_cast<long long>(fref->cert.compared),
                 fref->cert.digits);
   if (!a.out.empty()) std::printf("wrote %s\n", a.out.c_str());
+}
+
+// Exit status 0, or 1 when a recipe's error split did not hold exactly (a bug, not a finding).
+int split_status(const std::vector<GemmResult>& results) {
   for (const GemmResult& r : results)
     if (!r.split_exact) return 1;
   return 0;
+}
+
+int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& given) {
+  const Backend& backend = select_backend(a.backend);
+  const GemmPlan plan = plan_gemm(a, backend, given);
+  const LoadedOperands operands = load_operands(a, plan);
+  refuse_partial_rht_tiles(a, plan);
+  GemmTrace trace(a.out, command_line, operands.ops, trace_header(a, operands), a.save_tensors);
+  const std::optional<FloatReferenceReport> fref = float_reference_if_asked(a, operands.ops, trace);
+  std::string device_path;  // the path the last device product took
+  const std::vector<GemmResult> results =
+      run_recipes(plan, operands.ops, experiment_options(a, backend, &device_path), device_path, trace);
+  trace.complete();
+  if (a.json) {
+    print_json(a, results);
+    return 0;
+  }
+  print_table(a, backend, operands.first_source, results, fref);
+  return split_status(results);
 }
 
 }  // namespace
