@@ -1,6 +1,7 @@
 // fp4drift run CONFIG: one experiment from a config file. Workloads: `sum` and
 // `dot` (sim/sum_dot_run.hpp, trace/sum_dot_trace.hpp), `mlp` (sim/mlp_run.hpp). The trace
-// (schema fp4drift.run v1, docs/trace-format.md) carries the config text and the provenance.
+// (schema fp4drift.run v1, docs/trace-format.md) carries the config text and the provenance;
+// the summary printed at the end comes from the run itself, not from reading the trace back.
 //  sum/dot: written as OUT.partial and renamed when complete (they take seconds); SIGINT or
 //       SIGTERM stops the run, removes OUT.partial and exits 130.
 //  mlp: written under OUT as it goes, status running -> complete | interrupted | failed,
@@ -20,7 +21,6 @@
 #include "commands.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
-#include "trace/h5.hpp"
 #include "trace/sum_dot_trace.hpp"
 #include "util/config.hpp"
 
@@ -105,6 +105,44 @@ class Progress {
   std::int64_t first_ = -1;
 };
 
+// A complete mlp run's summary as one line of JSON (--json).
+void json_mlp(const MlpRunSpec& spec, const MlpRunSummary& s) {
+  nlohmann::ordered_json j = {{"workload", "mlp"}, {"steps", spec.steps}, {"reference_final_loss", s.reference_final_loss},
+                              {"runs", nlohmann::ordered_json::array()}};
+  for (const MlpRunSummary::Run& r : s.runs)
+    j["runs"].push_back({{"recipe", r.recipe}, {"final_loss", r.final_loss},
+                         {"final_rel_loss_gap", r.final_rel_loss_gap},
+                         {"final_last_layer_weight_rel_error", r.final_weight_rel_error},
+                         {"weight_error_growth_exponent", r.growth_exponent},
+                         {"first_nonfinite_step", r.first_nonfinite_step}});
+  std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+}
+
+// The same as a table: the reference's final loss, per recipe its final values or where it diverged.
+void print_mlp(const MlpRunSpec& spec, const std::string& config_source, const MlpRunSummary& s, const std::string& out) {
+  if (spec.reference_enabled)
+    std::printf("fp4drift run: mlp %s, %lld steps; reference (%s) final loss %.6g\n", config_source.c_str(),
+                static_cast<long long>(spec.steps), to_string(spec.reference_precision).c_str(), s.reference_final_loss);
+  else
+    std::printf("fp4drift run: mlp %s, %lld steps; reference off (no gaps, no weight errors)\n", config_source.c_str(),
+                static_cast<long long>(spec.steps));
+  if (s.reference_first_nonfinite_step >= 0)
+    std::printf("the reference itself diverged at step %lld (not a rounding effect: lower mlp.lr)\n",
+                static_cast<long long>(s.reference_first_nonfinite_step));
+  std::printf("%-22s %14s %14s %22s %18s\n", "recipe", "final loss", "rel loss gap", "last-layer W rel err",
+              "W err growth exp");
+  for (const MlpRunSummary::Run& r : s.runs) {
+    if (r.first_nonfinite_step >= 0) {
+      std::printf("%-22s diverged: the loss is not finite from step %lld on\n", r.recipe.c_str(),
+                  static_cast<long long>(r.first_nonfinite_step));
+      continue;
+    }
+    std::printf("%-22s %14.6g %14.3e %22.3e %18.2f\n", r.recipe.c_str(), r.final_loss, r.final_rel_loss_gap,
+                r.final_weight_rel_error, r.growth_exponent);
+  }
+  std::printf("wrote %s\n", out.c_str());
+}
+
 int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
   const Backend& backend = select_backend(a.backend);
   if (a.out.empty()) throw UsageError("workload 'mlp' needs --out FILE: the trace is the run's result");
@@ -138,7 +176,8 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  const MlpRunOutcome outcome = run_mlp(spec, ctl);
+  MlpRunSummary summary;
+  const MlpRunOutcome outcome = run_mlp(spec, ctl, &summary);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (outcome == MlpRunOutcome::Interrupted) {
@@ -146,51 +185,8 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
                  a.out.c_str());
     return 130;
   }
-  // Summary from the trace.
-  h5::File f = h5::File::open_read(a.out);
-  h5::Group root = f.root();
-  const std::vector<double> ref = root.read<double>("mlp/reference/loss");
-  if (a.json) {
-    nlohmann::ordered_json j = {{"workload", "mlp"}, {"steps", spec.steps}, {"reference_final_loss", ref.back()},
-                                {"runs", nlohmann::ordered_json::array()}};
-    for (const std::string& r : spec.recipes) {
-      h5::Group g = root.open_group("mlp/runs/" + r);
-      const std::vector<double> loss = g.read<double>("loss"), err_all = g.read<double>("weight_rel_error");
-      const double last_err = err_all.empty() ? std::nan("") : err_all.back();  // no compares without a reference
-      j["runs"].push_back({{"recipe", r}, {"final_loss", loss.back()},
-                           {"final_rel_loss_gap", g.read<double>("rel_loss_gap").back()},
-                           {"final_last_layer_weight_rel_error", last_err},
-                           {"weight_error_growth_exponent", g.get_attr_double("weight_error_growth_exponent")},
-                           {"first_nonfinite_step", g.get_attr_int64("first_nonfinite_step")}});
-    }
-    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return 0;
-  }
-  if (spec.reference_enabled)
-    std::printf("fp4drift run: mlp %s, %lld steps; reference (%s) final loss %.6g\n", cfg.source().c_str(),
-                static_cast<long long>(spec.steps), to_string(spec.reference_precision).c_str(), ref.back());
-  else
-    std::printf("fp4drift run: mlp %s, %lld steps; reference off (no gaps, no weight errors)\n", cfg.source().c_str(),
-                static_cast<long long>(spec.steps));
-  const std::int64_t ref_bad = root.open_group("mlp/reference").get_attr_int64("first_nonfinite_step");
-  if (ref_bad >= 0)
-    std::printf("the reference itself diverged at step %lld (not a rounding effect: lower mlp.lr)\n",
-                static_cast<long long>(ref_bad));
-  std::printf("%-22s %14s %14s %22s %18s\n", "recipe", "final loss", "rel loss gap", "last-layer W rel err",
-              "W err growth exp");
-  for (const std::string& r : spec.recipes) {
-    h5::Group g = root.open_group("mlp/runs/" + r);
-    const std::vector<double> loss = g.read<double>("loss"), gap = g.read<double>("rel_loss_gap"),
-                              err = g.read<double>("weight_rel_error");
-    const std::int64_t bad = g.get_attr_int64("first_nonfinite_step");
-    if (bad >= 0) {
-      std::printf("%-22s diverged: the loss is not finite from step %lld on\n", r.c_str(), static_cast<long long>(bad));
-      continue;
-    }
-    std::printf("%-22s %14.6g %14.3e %22.3e %18.2f\n", r.c_str(), loss.back(), gap.back(), err.empty() ? std::nan("") : err.back(),
-                g.get_attr_double("weight_error_growth_exponent"));
-  }
-  std::printf("wrote %s\n", a.out.c_str());
+  if (a.json) json_mlp(spec, summary);
+  else print_mlp(spec, cfg.source(), summary, a.out);
   return 0;
 }
 

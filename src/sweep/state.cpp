@@ -12,6 +12,8 @@
 
 #include "sweep/toml_text.hpp"
 #include "trace/h5.hpp"
+#include "trace/mlp_trace.hpp"
+#include "trace/sum_dot_trace.hpp"
 #include "util/config.hpp"
 
 namespace fp4d::sweep {
@@ -114,31 +116,33 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 void write_record(const std::string& path, const RunRecord& r) { write_file_atomically(path, record_text(r)); }
 
 RunMetrics read_metrics(const std::string& trace) {
+  namespace sd = sum_dot_trace;
+  namespace ml = mlp_trace;
   RunMetrics m;
   h5::File f = h5::File::open_read(trace);
   h5::Group root = f.root();
-  if (root.is_group("sum_dot")) {
-    h5::Group g = root.open_group("sum_dot");
-    m.final_rms_error = g.read<double>("rms_error").back();
-    m.final_mean_error = g.read<double>("mean_error").back();
-    m.final_exact = g.read<double>("exact").back();
+  if (root.is_group(sd::kGroup)) {
+    h5::Group g = root.open_group(sd::kGroup);
+    m.final_rms_error = g.read<double>(sd::kRmsError).back();
+    m.final_mean_error = g.read<double>(sd::kMeanError).back();
+    m.final_exact = g.read<double>(sd::kExact).back();
   }
-  if (root.is_group("mlp")) {
-    m.reference_final_loss = root.read<double>("mlp/reference/loss").back();
-    std::string order = root.open_group("mlp").get_attr_string("recipes");
+  if (root.is_group(ml::kGroup)) {
+    m.reference_final_loss = root.read<double>(ml::kReferenceLoss).back();
+    std::string order = root.open_group(ml::kGroup).get_attr_string(ml::kRecipesAttr);
     std::stringstream ss(order);
     std::string name;
     while (std::getline(ss, name, ',')) {
-      h5::Group g = root.open_group("mlp/runs/" + name);
+      h5::Group g = root.open_group(std::string(ml::kRunsGroup) + "/" + name);
       RecipeMetrics r;
       r.recipe = name;
-      r.final_loss = g.read<double>("loss").back();
-      r.final_rel_loss_gap = g.read<double>("rel_loss_gap").back();
+      r.final_loss = g.read<double>(ml::kLoss).back();
+      r.final_rel_loss_gap = g.read<double>(ml::kRelLossGap).back();
       h5::Dims dims;
-      const std::vector<double> err = g.read<double>("weight_rel_error", &dims);
+      const std::vector<double> err = g.read<double>(ml::kWeightRelError, &dims);
       if (!err.empty()) r.final_weight_rel_error = err.back();  // the last layer at the last compare
-      r.growth_exponent = g.get_attr_double("weight_error_growth_exponent");
-      r.first_nonfinite_step = g.get_attr_int64("first_nonfinite_step");
+      r.growth_exponent = g.get_attr_double(ml::kGrowthExponentAttr);
+      r.first_nonfinite_step = g.get_attr_int64(ml::kFirstNonfiniteStepAttr);
       m.recipes.push_back(r);
     }
   }

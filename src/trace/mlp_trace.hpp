@@ -26,6 +26,19 @@
 
 namespace fp4d {
 
+// Names in the layout that other code reads (the sweep's index takes each run's final values).
+namespace mlp_trace {
+inline constexpr const char* kGroup = "mlp";
+inline constexpr const char* kRecipesAttr = "recipes";  // on kGroup: the runs' order, comma-separated
+inline constexpr const char* kReferenceLoss = "mlp/reference/loss";
+inline constexpr const char* kRunsGroup = "mlp/runs";  // one subgroup per recipe, holding:
+inline constexpr const char* kLoss = "loss";
+inline constexpr const char* kRelLossGap = "rel_loss_gap";
+inline constexpr const char* kWeightRelError = "weight_rel_error";
+inline constexpr const char* kGrowthExponentAttr = "weight_error_growth_exponent";
+inline constexpr const char* kFirstNonfiniteStepAttr = "first_nonfinite_step";
+}  // namespace mlp_trace
+
 // One recorded step: the losses of the batch of that step, before its update.
 struct MlpRecordRow {
   std::int64_t step = 0;

@@ -17,7 +17,7 @@ SumDotTrace::SumDotTrace(const std::string& path, const std::string& command_lin
 
 void SumDotTrace::write(const SumDotRun& run, const SumDotResult& r) {
   if (!enabled()) return;
-  h5::Group g = file_.root().create_group("sum_dot");
+  h5::Group g = file_.root().create_group(sum_dot_trace::kGroup);
   g.set_attr("operation", std::string(run.dot ? "dot" : "sum"));
   g.set_attr("terms", run.a.kind);
   g.set_attr("c", run.a.c);
@@ -45,11 +45,11 @@ void SumDotTrace::write(const SumDotRun& run, const SumDotResult& r) {
   }
   const h5::Dims d1{static_cast<std::uint64_t>(P)}, d2{static_cast<std::uint64_t>(P), static_cast<std::uint64_t>(R)};
   g.write("n", n, d1);
-  g.write("exact", exact, d1);
+  g.write(sum_dot_trace::kExact, exact, d1);
   g.write("computed", computed, d2);
   g.write("error", error, d2);
-  g.write("mean_error", mean, d1);
-  g.write("rms_error", rms, d1);
+  g.write(sum_dot_trace::kMeanError, mean, d1);
+  g.write(sum_dot_trace::kRmsError, rms, d1);
   g.write("sr_variance", var, d1);
   g.write("sr_half_step_sq", half, d1);
   g.write("first_stagnation", r.first_stagnation, h5::Dims{static_cast<std::uint64_t>(r.first_stagnation.size())});

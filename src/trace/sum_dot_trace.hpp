@@ -1,7 +1,8 @@
 // The trace of a `sum` or `dot` run (schema fp4drift.run, docs/trace-format.md): the
 // provenance and the config on the root, the resolved options and the recorded points under
-// /sum_dot. The only code that knows that layout. Written whole: OUT.partial, renamed by
-// complete(); a trace left incomplete is removed with the object.
+// /sum_dot. The only code that knows that layout; readers take the names they look up from
+// the constants below. Written whole: OUT.partial, renamed by complete(); a trace left
+// incomplete is removed with the object.
 #pragma once
 
 #include <string>
@@ -10,6 +11,14 @@
 #include "trace/output_file.hpp"
 
 namespace fp4d {
+
+// Names in the layout that other code reads (the sweep's index takes the last point of each).
+namespace sum_dot_trace {
+inline constexpr const char* kGroup = "sum_dot";
+inline constexpr const char* kExact = "exact";            // float64 [P], in kGroup
+inline constexpr const char* kMeanError = "mean_error";  // float64 [P], in kGroup
+inline constexpr const char* kRmsError = "rms_error";    // float64 [P], in kGroup
+}  // namespace sum_dot_trace
 
 class SumDotTrace {
  public:
