@@ -1,5 +1,5 @@
-// fp4drift quantize: one tensor through one or more quantization recipes, with the error
-// statistics of each against the exact values. Output: an HDF5 file
+// fp4drift quantize: one tensor through one or more quantization presets (or one custom
+// spec), with the error statistics of each against the exact values. Output: an HDF5 file
 // (trace/quantize_trace.hpp: written to OUT.partial and renamed only when complete), a table
 // on stdout, or JSON with --json.
 #include <cmath>
@@ -30,7 +30,7 @@ struct QuantizeArgs {
   std::string shape = "1024x1024";
   std::uint64_t data_seed = 1;
   double dist_scale = 1.0, nu = 3.0, outlier_fraction = 0.01, outlier_scale = 50.0;
-  std::vector<std::string> recipes;
+  std::vector<std::string> presets;
   CustomQuantOptions custom;
   std::string out;
   bool json = false, allow_nonfinite = false;
@@ -65,10 +65,10 @@ void check_shape_limit(const std::string& s, std::int64_t rows, std::int64_t col
   }
 }
 
-// Peak bytes of a quantize run, roughly: the float32 input, and for the recipe that needs
+// Peak bytes of a quantize run, roughly: the float32 input, and for the preset that needs
 // most what quantize_with_kernels (quant/quantize.cpp) holds at once - dequantized values,
 // codes, scales (a code and a float per block of 16 at most), the RHT output with its
-// double-precision copy for the statistics, the transposed copies of axis 0. Recipes run
+// double-precision copy for the statistics, the transposed copies of axis 0. Presets run
 // one at a time and keep only their statistics.
 double quantize_bytes(std::int64_t rows, std::int64_t cols, const std::vector<std::pair<std::string, QuantSpec>>& specs) {
   const double n = static_cast<double>(rows) * static_cast<double>(cols);
@@ -179,21 +179,21 @@ void refuse_unapplied_options(const QuantizeArgs& a, const Given& given) {
       if (given(o)) throw UsageError(std::string(o) + " applies only with --rht D (the RHT is off)");
   if (given("--sr-bits") && a.custom.rounding != "sr")
     throw UsageError("--sr-bits applies only with --rounding sr (this run rounds " + a.custom.rounding + ")");
-  // --seed and --stream are accepted with deterministic recipes: they are the RNG key, recorded
+  // --seed and --stream are accepted with deterministic presets: they are the RNG key, recorded
   // beside a rounding mode that says nothing was drawn, so that one command line can run
-  // deterministic and stochastic recipes alike.
+  // deterministic and stochastic presets alike.
 }
 
 int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool custom_given, const Given& given) {
   const Backend& backend = select_backend(a.backend);
   // ---- what to run -------------------------------------------------------------------
   std::vector<std::pair<std::string, QuantSpec>> specs;
-  if (!a.recipes.empty() && custom_given)
-    throw UsageError("--recipe and the custom options (--format, --layout, ...) are mutually exclusive");
-  if (a.recipes.empty()) {
+  if (!a.presets.empty() && custom_given)
+    throw UsageError("--preset and the custom options (--format, --layout, ...) are mutually exclusive");
+  if (a.presets.empty()) {
     specs.emplace_back(a.custom.format == "nvfp4" && !custom_given ? "nvfp4" : "custom", spec_from_options(a.custom));
   } else {
-    for (const std::string& n : expand_recipe_names(a.recipes)) {
+    for (const std::string& n : expand_recipe_names(a.presets)) {
       QuantSpec s = preset(n).spec;
       s.rounding.rng = RngStream{a.custom.seed, a.custom.stream};
       s.rht.sign_seed = a.custom.seed;
@@ -242,9 +242,9 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
     if (s.rht.enabled()) {
       const std::int64_t n = s.rht_axis == 0 ? x.rows : x.cols;
       if (n % s.rht.size != 0)
-        throw UsageError("recipe " + name + ": RHT size " + std::to_string(s.rht.size) +
-                         " does not divide the length " + std::to_string(n) + " of axis " +
-                         std::to_string(s.rht_axis) + " of the input");
+        throw UsageError((name == "custom" ? std::string("--rht ") : "preset " + name + ": RHT size ") +
+                         std::to_string(s.rht.size) + " does not divide the length " + std::to_string(n) +
+                         " of axis " + std::to_string(s.rht_axis) + " of the input");
     }
 
   // ---- output file: written as OUT.partial, renamed when complete --------------------
@@ -283,7 +283,8 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--nu", a->nu, "Student-t degrees of freedom")->capture_default_str();
   app.add_option("--outlier-fraction", a->outlier_fraction, "Fraction of outlier channels (columns)")->capture_default_str();
   app.add_option("--outlier-scale", a->outlier_scale, "Factor on the outlier channels")->capture_default_str();
-  app.add_option("--recipe,-r", a->recipes, "Preset(s), comma-separated or repeated; 'all' for every preset");
+  // --recipe stays an alias: the command lines recorded in traces, and scripts, use it.
+  app.add_option("--preset,--recipe,-r", a->presets, "Preset(s), comma-separated or repeated; 'all' for every preset");
   auto* f = app.add_option("--format", a->custom.format, "nvfp4 | mxfp4 | fp8-e4m3 | fp8-e5m2 | bf16 | fp16");
   auto* l = app.add_option("--layout", a->custom.layout, "1x16 | 16x16 (nvfp4), 1x32 (mxfp4), tensor | 1x128 | 128x128 (fp8)");
   auto* ax = app.add_option("--axis", a->custom.axis, "Block axis: 1 = along rows (last dim), 0 = along columns");

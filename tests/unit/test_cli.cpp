@@ -95,6 +95,36 @@ TEST_CASE("--json prints one parseable object with the statistics") {
   CHECK(lines(r.out) == 1);
 }
 
+TEST_CASE("quantize: --preset names the presets, and --recipe and -r are the same option") {
+  // --recipe stays an alias for the command lines recorded in traces and in scripts: each name
+  // must run the same presets into the same trace.
+  TempDir t;
+  const std::string gen = "quantize --generate normal --shape 32x32 ";
+  std::vector<nlohmann::ordered_json> stats;
+  for (const std::string name : {"--preset", "--recipe", "-r"}) {
+    INFO(name);
+    const std::string out = t.file(std::to_string(stats.size()) + ".h5");
+    const Result r = run(gen + name + " nvfp4,mxfp4 --json --out " + out);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.out);
+    REQUIRE(j["recipes"].size() == 2);
+    CHECK(j["recipes"][0]["name"] == "nvfp4");
+    CHECK(j["recipes"][1]["name"] == "mxfp4");
+    stats.push_back(j["recipes"]);
+    fp4d::h5::File f = fp4d::h5::File::open_read(out);
+    CHECK(f.root().get_attr_string("status") == "complete");
+    CHECK(f.root().open_group("recipes").get_attr_string("order") == "nvfp4,mxfp4");
+    // Either name is one option: it excludes the custom options alike.
+    const Result both = run(gen + name + " nvfp4 --format mxfp4");
+    CHECK(both.status == 2);
+    CHECK(both.err.find("--preset and the custom options") != std::string::npos);
+  }
+  CHECK(stats[1] == stats[0]);
+  CHECK(stats[2] == stats[0]);
+  CHECK(run("quantize --help").out.find("--preset,--recipe") != std::string::npos);
+}
+
 TEST_CASE("bad input: one-line error, exit status 2, no output file") {
   TempDir t;
   const std::string out = t.file("q.h5");
