@@ -158,6 +158,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.command_line = command_line;
   ctl.resume = a.resume;
   ctl.backend = a.backend;
+  ctl.backend_is_device = backend.is_device();
   ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
   ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };

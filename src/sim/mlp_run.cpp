@@ -800,11 +800,11 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRu
 }
 
 MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRunSummary* summary) {
-  // swiglu, rmsnorm and residual connections exist in the CPU training step only: another
+  // swiglu, rmsnorm and residual connections exist in the CPU training step only: a device
   // backend must bring a trainer factory that knows what to do with them (the CUDA one runs
   // them with host quantization and its GEMMs); without one they are refused.
   const MlpSpec& model = spec.model;
-  if (ctl.backend != "cpu" && !ctl.trainer &&
+  if (ctl.backend_is_device && !ctl.trainer &&
       (model.activation == Activation::Swiglu || model.norm != Norm::None || model.residual))
     throw std::invalid_argument("mlp: activation = \"swiglu\", norm = \"rmsnorm\" and residual = true run on "
                                 "--backend cpu only (the " + ctl.backend + " backend's training step does not have them yet)");

@@ -72,7 +72,10 @@ struct MlpRunControl {
   // Makes the low-precision runs (empty: make_cpu_trainer with `product`). The local-error
   // probe always runs on the host (quantize_cpu, `product`).
   TrainerFactory trainer;
-  std::string backend = "cpu";
+  std::string backend = "cpu";  // the backend's name, for the trace
+  // That backend's Backend::is_device(), filled by the caller from the Backend object: sim/ is
+  // below the seam (backend/backend.hpp) and cannot look the name up.
+  bool backend_is_device = false;
   // Step the runs on one host thread each (sim/parallel_runs.hpp)? Unset: when every trainer
   // can and prefers to; true: when every trainer can (LowPrecisionTrainer). The trace does not
   // depend on it (the root attribute concurrent_runs says which way this attempt went).

@@ -268,6 +268,7 @@ TEST_CASE("gpu mlp: runs stepping concurrently write the sequential trace bit fo
   for (const bool concurrent : {false, true}) {
     MlpRunControl ctl;
     ctl.backend = "cuda";
+    ctl.backend_is_device = true;
     ctl.trainer = [](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
       return cuda::make_cuda_trainer(m, o, st);
     };

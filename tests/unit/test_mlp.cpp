@@ -737,6 +737,7 @@ TEST_CASE("mlp: swiglu, rmsnorm and residual are refused on a non-CPU backend", 
     MlpRunControl ctl;
     ctl.path = path;
     ctl.backend = "cuda";
+    ctl.backend_is_device = true;
     std::string msg;
     try {
       run_mlp(spec, ctl);
@@ -763,6 +764,7 @@ TEST_CASE("mlp: run_mlp makes its runs with the backend's trainer factory", "[ml
   MlpRunControl ctl;
   ctl.path = path;
   ctl.backend = "cuda";
+  ctl.backend_is_device = true;
   std::vector<std::string> made;
   ctl.trainer = [&](const MlpSpec& m, const RecipeGemmOptions& o, const MlpState<float>& st) {
     made.push_back(o.recipe);
