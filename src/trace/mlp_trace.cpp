@@ -74,12 +74,12 @@ void write_root(h5::Group root, const MlpRunSpec& spec, const MlpRunControl& ctl
   root.set_attr("workload", std::string("mlp"));
   root.set_attr("config", ctl.config_text);
   root.set_attr("config_source", ctl.config_source);
-  h5::Group m = root.require_group("mlp");
+  h5::Group m = root.require_group(mlp_trace::kGroup);
   m.set_attr("widths", spec.model.widths);
   m.set_attr("steps", spec.steps);
   std::string names;
   for (const std::string& r : spec.recipes) names += (names.empty() ? "" : ",") + r;
-  m.set_attr("recipes", names);
+  m.set_attr(mlp_trace::kRecipesAttr, names);
   m.set_attr("compare_every", spec.compare_every);
   m.set_attr("trace_every", spec.trace_every);
   m.set_attr("reference_precision", to_string(spec.reference_precision));
@@ -124,7 +124,7 @@ struct MlpTrace::Impl {
     const auto doubles = [&](const std::string& name, h5::Dims row) { return get(name, std::move(row), static_cast<double*>(nullptr)); };
     step = ints("mlp/step");
     compare_step = ints("mlp/compare_step");
-    ref_loss = doubles("mlp/reference/loss", {});
+    ref_loss = doubles(mlp_trace::kReferenceLoss, {});
     for (const std::string& r : spec.recipes) {
       const std::string g = run_group(r);
       runs.push_back(Run{doubles(g + "/loss", {}), doubles(g + "/rel_loss_gap", {}),
@@ -354,14 +354,14 @@ MlpRunSummary MlpTrace::write_final_attributes() {
     x.growth_exponent = growth_exponent(t.compared_steps, last);
     x.first_nonfinite_step = first_nonfinite(loss);
     h5::Group g = root.open_group(run_group(t.recipes[r]));
-    g.set_attr("weight_error_growth_exponent", x.growth_exponent);
-    g.set_attr("first_nonfinite_step", x.first_nonfinite_step);
+    g.set_attr(mlp_trace::kGrowthExponentAttr, x.growth_exponent);
+    g.set_attr(mlp_trace::kFirstNonfiniteStepAttr, x.first_nonfinite_step);
     s.runs.push_back(std::move(x));
   }
   const std::vector<double> ref_loss = t.ref_loss.read<double>();
   s.reference_final_loss = ref_loss.back();
   s.reference_first_nonfinite_step = t.reference_enabled ? first_nonfinite(ref_loss) : std::int64_t{-1};
-  root.open_group("mlp/reference").set_attr("first_nonfinite_step", s.reference_first_nonfinite_step);
+  root.open_group("mlp/reference").set_attr(mlp_trace::kFirstNonfiniteStepAttr, s.reference_first_nonfinite_step);
   return s;
 }
 

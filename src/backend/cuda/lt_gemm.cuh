@@ -1,5 +1,6 @@
 // cuBLASLt GEMMs in fp4drift's row-major conventions, shared by the CUDA backend's .cu files
-// (gemm.cu: single GEMMs, probes, benchmarks; mlp.cu: the GPU-resident training step).
+// (gemm.cu: single GEMMs and probes; bench_gemm.cu: the GEMM benchmark; mlp.cu: the
+// GPU-resident training step).
 //
 // Layout: fp4drift's stored orientation is row-major A (M x K) and B (N x K), C = A B^T (M x N,
 // row-major). cuBLASLt is column-major, so it computes C^T (N x M, column-major == C row-major)
