@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "fp4drift " + fp4d::version_string() + " (" + fp4d::git_commit() + ")");
   app.require_subcommand(1);
   std::map<CLI::App*, fp4d::cli::Runner> runners;
-  CLI::App* q = app.add_subcommand("quantize", "Quantize a tensor (HDF5 dataset or synthetic) with one or more recipes");
+  CLI::App* q = app.add_subcommand("quantize", "Quantize a tensor (HDF5 dataset or synthetic) with one or more presets");
   runners[q] = fp4d::cli::add_quantize(*q, command_line);
   CLI::App* gm = app.add_subcommand("gemm", "Fprop/Dgrad/Wgrad GEMMs under recipes vs the exact product, error split");
   runners[gm] = fp4d::cli::add_gemm(*gm, command_line);
