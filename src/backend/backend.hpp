@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/accumulator_probe.hpp"
+#include "model/lm_trainer.hpp"
 #include "model/trainer.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
@@ -65,6 +66,8 @@ class Backend {
                                 const GemmProductOptions& opt) const = 0;
   // How this backend makes the low-precision runs of the mlp workload.
   virtual TrainerFactory trainer_factory(const TrainerOptions& opt) const = 0;
+  // How this backend makes the low-precision runs of the lm workload.
+  virtual LmTrainerFactory lm_trainer_factory(const TrainerOptions& opt) const = 0;
   // The accumulator probes of docs/numerics.md 8b (device backends; the CPU throws
   // std::invalid_argument: its emulation's accumulator is the model, not a measurement).
   virtual std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) const = 0;

@@ -2,6 +2,7 @@
 // quant/'s, its GEMM the emulation of quant/gemm_emulated.hpp, its training runs sim/'s.
 #include "backend/backend.hpp"
 #include "quant/quantize.hpp"
+#include "sim/lm_trainer.hpp"
 #include "sim/lp_trainer.hpp"
 
 namespace fp4d {
@@ -23,6 +24,7 @@ class CpuBackend final : public Backend {
     return "cpu-emulation";
   }
   TrainerFactory trainer_factory(const TrainerOptions&) const override { return make_cpu_trainer; }
+  LmTrainerFactory lm_trainer_factory(const TrainerOptions&) const override { return make_cpu_lm_trainer; }
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>&) const override {
     throw std::invalid_argument("the accumulator probes measure a device's GEMMs; the CPU's is the emulation");
   }

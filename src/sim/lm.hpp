@@ -19,26 +19,9 @@
 #include <vector>
 
 #include "model/lm_spec.hpp"
+#include "model/lm_trainer.hpp"  // LmState, LmStepStats
 
 namespace fp4d {
-
-// State of one run: parameters and AdamW moments (each a row-major rows x cols vector, in
-// lm_params order), the step. Plain values: a copy is a checkpoint.
-template <class T>
-struct LmState {
-  std::int64_t step = 0;
-  std::vector<std::vector<T>> p;
-  std::vector<std::vector<T>> m, v;
-};
-
-struct LmStepStats {
-  double loss = 0;           // before the update
-  double grad_norm = 0;      // global gradient norm before clipping (summed in the wider of T and double)
-  double clip_factor = 1;    // min(1, max_grad_norm / grad_norm); 1 without clipping
-  double lr = 0;             // the step's scheduled learning rate
-  // Per parameter: the fraction of elements with a non-zero update whose value did not change.
-  std::vector<double> lost_update_fraction;
-};
 
 // The float32 initial parameters (as T; gains 1) and zero moments.
 template <class T>

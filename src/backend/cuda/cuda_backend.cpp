@@ -5,6 +5,7 @@
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_trainer.hpp"
 #include "backend/cuda/quantize.hpp"
+#include "sim/lm_trainer.hpp"
 #include "sim/lp_trainer.hpp"
 
 namespace fp4d {
@@ -41,6 +42,15 @@ class CudaBackend final : public Backend {
       if (why.empty()) return cuda::make_cuda_trainer(m, o, st, opt.cuda_graphs);
       if (opt.on_host_fallback) opt.on_host_fallback(o.recipe, why);
       return make_cpu_trainer(m, o, st);
+    };
+  }
+  // The host quantizes (quantize_cpu, the CPU run's bits) and the GPU multiplies.
+  LmTrainerFactory lm_trainer_factory(const TrainerOptions&) const override {
+    const QuantizedProduct product = gemm_product({});
+    return [product](const LmSpec& s, const RecipeGemmOptions& o, const LmPrecision& p, const LmState<float>& st) {
+      RecipeGemmOptions with = o;
+      with.product = product;
+      return make_cpu_lm_trainer(s, with, p, st);
     };
   }
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) const override {

@@ -17,6 +17,7 @@ class NoCudaBackend final : public Backend {
     throw_built_without_cuda("gemm");
   }
   TrainerFactory trainer_factory(const TrainerOptions&) const override { throw_built_without_cuda("run"); }
+  LmTrainerFactory lm_trainer_factory(const TrainerOptions&) const override { throw_built_without_cuda("run"); }
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>&) const override {
     throw_built_without_cuda("accumulator");
   }
