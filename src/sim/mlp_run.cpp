@@ -25,6 +25,7 @@
 #include "trace/mlp_checkpoint.hpp"
 #include "trace/mlp_trace.hpp"
 #include "trace/row_journal.hpp"
+#include "trace/run_files.hpp"
 #include "util/checked_size.hpp"
 
 namespace fp4d {
@@ -316,81 +317,14 @@ void local_error(const MlpSpec& model, const std::vector<std::vector<float>>& w,
   }
 }
 
-void remove_run_files(const std::string& trace, std::initializer_list<const char*> suffixes) {
-  std::error_code ec;
-  for (const char* s : suffixes) std::filesystem::remove(trace + s, ec);
-}
-
-void sync_directory_of(const std::string& path) {
-  const auto dir = std::filesystem::path(path).parent_path();
-  h5::File::sync_directory(dir.empty() ? "." : dir.string());
-}
-
-std::string new_run_id() {
-  std::random_device rd;
-  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
-  return buf;
-}
-
-// A new run's files: the trace made as OUT.partial with its journal and step-0 checkpoint, and
-// only then named OUT: a process killed while creating it leaves no OUT, and the next run
-// starts over. A failed creation leaves nothing behind.
+// A new run's files (create_run_files) with the initial states as its step-0 checkpoint.
 template <class Ref>
-void create_run_files(const MlpRunSpec& spec, const MlpRunControl& ctl, const MlpState<Ref>& ref,
-                      const std::vector<MlpState<float>>& lp) {
-  CheckpointMark m;
-  m.run_id = new_run_id();
-  m.config_digest = text_digest(ctl.config_text);
-  const std::string partial = ctl.path + ".partial";
-  try {
-    MlpTrace::create(spec, ctl, partial, m.run_id);
-    const RowJournal j = RowJournal::create(journal_path(ctl.path), m.run_id);
-    m.journal_length = j.length();
-    m.journal_digest = j.digest();
-    write_checkpoint(ctl.path, m, ref, lp);
-    std::filesystem::rename(partial, ctl.path);
-    sync_directory_of(ctl.path);
-  } catch (...) {
-    remove_run_files(ctl.path, {".partial", ".ckpt", ".rows"});
-    throw;
-  }
-}
-
-// The journal as the checkpoint counts it, or the resume is refused.
-RowJournal reopen_journal(const MlpRunControl& ctl, const CheckpointMark& mark) {
-  try {
-    return RowJournal::reopen(journal_path(ctl.path), mark.run_id, mark.journal_length, mark.journal_digest);
-  } catch (const h5::DiskFull&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw ResumeRefused(e.what());
-  }
-}
-
-// The trace, holding the rows its checkpoint counts and none after them. Where it does not
-// hold them (a kill or a full disk tore it mid-flush), it is rebuilt from the journal; where
-// the journal cannot vouch for them either, the resume is refused and nothing is changed.
-MlpTrace open_verified_trace(const MlpRunSpec& spec, const MlpRunControl& ctl, const CheckpointMark& mark,
-                             const RowJournal& journal) {
-  std::string damage;
-  try {
-    MlpTrace t = MlpTrace::open(spec, ctl);
-    if (t.run_id() != mark.run_id)
-      throw std::invalid_argument("--resume: " + checkpoint_path(ctl.path) + " belongs to another run than " + ctl.path);
-    t.verify_and_truncate(mark);
-    return t;
-  } catch (const ResumeRefused& e) {
-    damage = e.what();
-  } catch (const h5::Error& e) {
-    damage = e.what();
-  }
-  MlpTrace::rebuild(spec, ctl, mark, journal);
-  if (ctl.note) ctl.note("the trace was damaged (" + damage + "); rebuilt it from its journal up to step " + std::to_string(mark.step));
-  MlpTrace t = MlpTrace::open(spec, ctl);
-  t.verify_and_truncate(mark);
-  return t;
+void create_mlp_run_files(const MlpRunSpec& spec, const MlpRunControl& ctl, const MlpState<Ref>& ref,
+                          const std::vector<MlpState<float>>& lp) {
+  create_run_files(
+      ctl.path, ctl.config_text,
+      [&](const std::string& partial, const std::string& run_id) { MlpTrace::create(spec, ctl, partial, run_id); },
+      [&](const CheckpointMark& m) { write_checkpoint(ctl.path, m, ref, lp); });
 }
 
 // Sets this thread's OpenMP thread count for a scope.
@@ -755,14 +689,16 @@ template <class Ref>
 MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRunSummary* summary) {
   std::vector<MlpState<float>> lp(spec.recipes.size(), init_state<float>(spec.model));  // the runs' starting states
   MlpState<Ref> ref = init_state<Ref>(spec.model);
-  if (!ctl.resume) create_run_files(spec, ctl, ref, lp);
+  if (!ctl.resume) create_mlp_run_files(spec, ctl, ref, lp);
   else if (MlpTrace::is_complete(ctl.path))  // a complete trace has no checkpoint left: say what it is
     throw std::invalid_argument("--resume: " + ctl.path + " is complete");
   // Fresh or resumed, the run starts from its checkpoint.
   const CheckpointMark mark = read_checkpoint(ctl.path, ctl.config_text, ref, lp);
   std::optional<RowJournal> journal;
-  journal.emplace(reopen_journal(ctl, mark));
-  MlpTrace trace = open_verified_trace(spec, ctl, mark, *journal);
+  journal.emplace(reopen_journal(ctl.path, mark));
+  MlpTrace trace = open_verified_trace<MlpTrace>(
+      ctl.path, mark, [&] { return MlpTrace::open(spec, ctl); }, [&] { MlpTrace::rebuild(spec, ctl, mark, *journal); },
+      ctl.note);
   const std::int64_t start = mark.step;
   if (start < 0 || start > spec.steps)
     throw ResumeRefused("its checkpoint is at step " + std::to_string(start) + ", outside the run's " +

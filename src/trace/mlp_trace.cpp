@@ -3,68 +3,20 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 
 #include "sim/mlp_precision.hpp"
 #include "trace/output_file.hpp"
+#include "trace/run_files.hpp"
+#include "trace/run_rows.hpp"
 
 namespace fp4d {
 
 namespace {
 
 std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; }
-
-void sync_directory_of(const std::string& path) {
-  const auto dir = std::filesystem::path(path).parent_path();
-  h5::File::sync_directory(dir.empty() ? "." : dir.string());
-}
-
-// Rows staged per dataset until commit(); the digests run over every row committed.
-class StagedRows {
- public:
-  template <class T>
-  void add(h5::Appendable<T>& ds, const std::vector<T>& row) {
-    auto& v = buffer<T>()[&ds];
-    v.insert(v.end(), row.begin(), row.end());
-  }
-  void commit(RowJournal& journal) {
-    const auto put = [&](auto& buffers) {
-      for (auto& [ds, v] : buffers) {
-        if (v.empty()) continue;
-        ds->append(v);
-        journal.append(ds->path(), v);
-        digests_.try_emplace(ds->path()).first->second.add(v);
-        v.clear();
-      }
-    };
-    put(d_);
-    put(i_);
-  }
-  std::map<std::string, Fnv1a64>& digests() { return digests_; }
-
- private:
-  std::map<std::string, Fnv1a64> digests_;
-  template <class T>
-  std::map<h5::Appendable<T>*, std::vector<T>>& buffer() {
-    if constexpr (std::is_same_v<T, double>) return d_;
-    else return i_;
-  }
-  std::map<h5::Appendable<double>*, std::vector<double>> d_;
-  std::map<h5::Appendable<std::int64_t>*, std::vector<std::int64_t>> i_;
-};
-
-// Least-squares slope of log(err) against log(step) over the compared steps with err > 0.
-double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector<double>& err) {
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (!(err[i] > 0) || steps[i] <= 0) continue;
-    const double x = std::log(static_cast<double>(steps[i])), y = std::log(err[i]);
-    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
-  }
-  const double den = n * sxx - sx * sx;
-  return n >= 2 && den > 0 ? (n * sxy - sx * sy) / den : std::nan("");
-}
 
 void write_root(h5::Group root, const MlpRunSpec& spec, const MlpRunControl& ctl, const std::string& run_id) {
   write_provenance(root, "fp4drift.run", 1, ctl.command_line);
@@ -96,19 +48,18 @@ void write_root(h5::Group root, const MlpRunSpec& spec, const MlpRunControl& ctl
 }  // namespace
 
 struct MlpTrace::Impl {
+  using Id = RunRows::Id;
   h5::File file;
-  h5::Appendable<std::int64_t> step, compare_step;
-  h5::Appendable<double> ref_loss;
+  RunRows rows;
+  Id step = 0, compare_step = 0, ref_loss = 0;
   struct Run {
-    h5::Appendable<double> loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error,
-        grad_bias;
+    Id loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error, grad_bias;
   };
   std::vector<Run> runs;
-  h5::Appendable<double> check_weight, check_loss;  // with check_precision: [C, L], [C]
+  std::optional<Id> check_weight, check_loss;  // with check_precision: [C, L], [C]
   std::vector<std::string> recipes;
   std::int64_t steps = 0;
   bool reference_enabled = true;
-  StagedRows staged;
   std::uint64_t records = 0, compares = 0;   // rows staged so far
   std::vector<std::int64_t> compared_steps;  // the rows of compare_step, staged included
 
@@ -117,44 +68,27 @@ struct MlpTrace::Impl {
                                                           reference_enabled(spec.reference_enabled) {
     h5::Group root = file.root();
     const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
-    const auto get = [&]<class T>(const std::string& name, h5::Dims row, T*) {
-      return create ? root.create_appendable<T>(name, std::move(row)) : root.open_appendable<T>(name);
-    };
-    const auto ints = [&](const std::string& name) { return get(name, {}, static_cast<std::int64_t*>(nullptr)); };
-    const auto doubles = [&](const std::string& name, h5::Dims row) { return get(name, std::move(row), static_cast<double*>(nullptr)); };
-    step = ints("mlp/step");
-    compare_step = ints("mlp/compare_step");
-    ref_loss = doubles(mlp_trace::kReferenceLoss, {});
+    using C = RunRows::Counts;
+    const auto ints = [&](const std::string& name, C c) { return rows.ints(root, name, c, create); };
+    const auto doubles = [&](const std::string& name, h5::Dims row, C c) { return rows.doubles(root, name, std::move(row), c, create); };
+    step = ints("mlp/step", C::Records);
+    compare_step = ints("mlp/compare_step", C::Compares);
+    ref_loss = doubles(mlp_trace::kReferenceLoss, {}, C::Records);
     for (const std::string& r : spec.recipes) {
       const std::string g = run_group(r);
-      runs.push_back(Run{doubles(g + "/loss", {}), doubles(g + "/rel_loss_gap", {}),
-                         doubles(g + "/lost_update_fraction", {L}), doubles(g + "/operand_nmse", {L * 6}),
-                         doubles(g + "/operand_clipped_fraction", {L * 6}),
-                         doubles(g + "/operand_underflow_fraction", {L * 6}),
-                         doubles(g + "/operand_zero_scale_fraction", {L * 6}), doubles(g + "/weight_rel_error", {L}),
-                         doubles(g + "/grad_cosine", {L}), doubles(g + "/grad_rel_error", {L}),
-                         doubles(g + "/grad_sr_mean_rel_error", {L})});
+      runs.push_back(Run{doubles(g + "/loss", {}, C::Records), doubles(g + "/rel_loss_gap", {}, C::Records),
+                         doubles(g + "/lost_update_fraction", {L}, C::Records),
+                         doubles(g + "/operand_nmse", {L * 6}, C::Records),
+                         doubles(g + "/operand_clipped_fraction", {L * 6}, C::Records),
+                         doubles(g + "/operand_underflow_fraction", {L * 6}, C::Records),
+                         doubles(g + "/operand_zero_scale_fraction", {L * 6}, C::Records),
+                         doubles(g + "/weight_rel_error", {L}, C::Compares), doubles(g + "/grad_cosine", {L}, C::Compares),
+                         doubles(g + "/grad_rel_error", {L}, C::Compares),
+                         doubles(g + "/grad_sr_mean_rel_error", {L}, C::Compares)});
     }
     if (spec.check_precision) {
-      check_weight = doubles("mlp/reference/check_weight_rel_error", {L});
-      check_loss = doubles("mlp/reference/check_loss_rel_error", {});
-    }
-  }
-
-  // Every appendable with the count its rows follow: true = records (one row per recorded
-  // step), false = compares (one row per weight comparison).
-  template <class F>
-  void for_each_dataset(F f) {
-    f(step, true);
-    f(ref_loss, true);
-    f(compare_step, false);
-    for (Run& r : runs) {
-      for (auto* a : {&r.loss, &r.gap, &r.lost, &r.nmse, &r.clipped, &r.underflow, &r.zero_scales}) f(*a, true);
-      for (auto* a : {&r.weight_error, &r.grad_cosine, &r.grad_error, &r.grad_bias}) f(*a, false);
-    }
-    if (check_weight.valid()) {
-      f(check_weight, false);
-      f(check_loss, false);
+      check_weight = doubles("mlp/reference/check_weight_rel_error", {L}, C::Compares);
+      check_loss = doubles("mlp/reference/check_loss_rel_error", {}, C::Compares);
     }
   }
 };
@@ -183,25 +117,7 @@ void MlpTrace::rebuild(const MlpRunSpec& spec, const MlpRunControl& ctl, const C
     h5::File f = h5::File::create(partial);
     write_root(f.root(), spec, ctl, m.run_id);
     Impl t(std::move(f), spec, true);
-    using Put = std::function<void(const std::vector<double>*, const std::vector<std::int64_t>*)>;
-    std::map<std::string, Put> by_path;
-    t.for_each_dataset([&](auto& ds, bool) {
-      by_path[ds.path()] = [&ds](const std::vector<double>* d, const std::vector<std::int64_t>* i) {
-        using T = typename std::remove_reference_t<decltype(ds)>::value_type;
-        if constexpr (std::is_same_v<T, double>) {
-          if (!d) throw ResumeRefused("its journal holds integers for " + ds.path());
-          ds.append(*d);
-        } else {
-          if (!i) throw ResumeRefused("its journal holds floats for " + ds.path());
-          ds.append(*i);
-        }
-      };
-    });
-    journal.replay(m.journal_length, [&](const std::string& name, const std::vector<double>* d, const std::vector<std::int64_t>* i) {
-      const auto it = by_path.find(name);
-      if (it == by_path.end()) throw ResumeRefused("its journal names a dataset the trace does not have: " + name);
-      it->second(d, i);
-    });
+    t.rows.replay(journal, m.journal_length);
     t.file.root().set_attr("rebuilt_at_step", m.step);
     t.file.sync();
   }
@@ -235,34 +151,11 @@ MlpTrace MlpTrace::open(const MlpRunSpec& spec, const MlpRunControl& ctl) {
 std::string MlpTrace::run_id() const { return impl_->file.root().get_attr_string("run_id"); }
 
 void MlpTrace::verify_and_truncate(const CheckpointMark& m) {
-  try {
-    impl_->for_each_dataset([&](auto& ds, bool by_records) {
-      using T = typename std::remove_reference_t<decltype(ds)>::value_type;
-      const std::uint64_t want = by_records ? m.records : m.compares;
-      if (want == 0) return;
-      const std::uint64_t have = ds.rows();
-      if (have < want)
-        throw ResumeRefused(ds.path() + " has " + std::to_string(have) + " rows, its checkpoint counts " + std::to_string(want));
-      const auto it = m.digests.find(ds.path());
-      if (it == m.digests.end()) throw ResumeRefused("the checkpoint has no digest of " + ds.path());
-      std::vector<T> rows = ds.template read<T>();
-      rows.resize(want * ds.row_elements());
-      Fnv1a64 d;
-      d.add(rows);
-      if (d.value() != it->second)
-        throw ResumeRefused("the rows of " + ds.path() + " are not those its checkpoint recorded");
-    });
-  } catch (const ResumeRefused&) {
-    throw;
-  } catch (const std::exception& e) {  // a chunk that fails its Fletcher32 checksum or to inflate
-    throw ResumeRefused("the trace cannot be read back (" + std::string(e.what()) + ")");
-  }
-  for (const auto& [name, d] : m.digests) impl_->staged.digests().emplace(name, Fnv1a64(d));
-  impl_->for_each_dataset([&](auto& ds, bool by_records) { ds.truncate(by_records ? m.records : m.compares); });
-  impl_->records = impl_->step.rows();
-  impl_->compares = impl_->compare_step.rows();
-  impl_->compared_steps =
-      impl_->compares ? impl_->compare_step.read<std::int64_t>() : std::vector<std::int64_t>{};
+  Impl& t = *impl_;
+  t.rows.verify_and_truncate(m);
+  t.records = t.rows.ints_at(t.step).rows();
+  t.compares = t.rows.ints_at(t.compare_step).rows();
+  t.compared_steps = t.compares ? t.rows.ints_at(t.compare_step).read<std::int64_t>() : std::vector<std::int64_t>{};
 }
 
 std::uint64_t MlpTrace::records() const { return impl_->records; }
@@ -279,50 +172,46 @@ void MlpTrace::set_gemm_path(std::size_t run, const std::string& path) {
 
 void MlpTrace::stage(const MlpRecordRow& row) {
   Impl& t = *impl_;
-  t.staged.add(t.step, std::vector<std::int64_t>{row.step});
-  t.staged.add(t.ref_loss, std::vector<double>{row.reference_loss});
+  t.rows.stage(t.step, std::vector<std::int64_t>{row.step});
+  t.rows.stage(t.ref_loss, std::vector<double>{row.reference_loss});
   for (std::size_t r = 0; r < row.runs.size(); ++r) {
     const MlpRecordRow::Run& x = row.runs[r];
     Impl::Run& d = t.runs[r];
-    t.staged.add(d.loss, std::vector<double>{x.loss});
-    t.staged.add(d.gap, std::vector<double>{x.rel_loss_gap});
-    t.staged.add(d.lost, x.lost_update_fraction);
+    t.rows.stage(d.loss, std::vector<double>{x.loss});
+    t.rows.stage(d.gap, std::vector<double>{x.rel_loss_gap});
+    t.rows.stage(d.lost, x.lost_update_fraction);
     std::vector<double> nmse, clip, under, zero;
     for (const OperandRecord& o : x.operands) {
       nmse.push_back(o.nmse), clip.push_back(o.clipped_fraction), under.push_back(o.underflow_fraction);
       zero.push_back(o.zero_scale_fraction);
     }
-    t.staged.add(d.nmse, nmse), t.staged.add(d.clipped, clip), t.staged.add(d.underflow, under);
-    t.staged.add(d.zero_scales, zero);
+    t.rows.stage(d.nmse, nmse), t.rows.stage(d.clipped, clip), t.rows.stage(d.underflow, under);
+    t.rows.stage(d.zero_scales, zero);
   }
   ++t.records;
 }
 
 void MlpTrace::stage(const MlpCompareRow& row) {
   Impl& t = *impl_;
-  t.staged.add(t.compare_step, std::vector<std::int64_t>{row.step + 1});
+  t.rows.stage(t.compare_step, std::vector<std::int64_t>{row.step + 1});
   t.compared_steps.push_back(row.step + 1);
   for (std::size_t r = 0; r < row.runs.size(); ++r) {
     const MlpCompareRow::Run& x = row.runs[r];
-    t.staged.add(t.runs[r].weight_error, x.weight_rel_error);
-    t.staged.add(t.runs[r].grad_cosine, x.grad_cosine);
-    t.staged.add(t.runs[r].grad_error, x.grad_rel_error);
-    t.staged.add(t.runs[r].grad_bias, x.grad_sr_mean_rel_error);
+    t.rows.stage(t.runs[r].weight_error, x.weight_rel_error);
+    t.rows.stage(t.runs[r].grad_cosine, x.grad_cosine);
+    t.rows.stage(t.runs[r].grad_error, x.grad_rel_error);
+    t.rows.stage(t.runs[r].grad_bias, x.grad_sr_mean_rel_error);
   }
   if (row.check_weight_rel_error) {
-    t.staged.add(t.check_weight, *row.check_weight_rel_error);
-    t.staged.add(t.check_loss, std::vector<double>{row.check_loss_rel_error});
+    t.rows.stage(*t.check_weight, *row.check_weight_rel_error);
+    t.rows.stage(*t.check_loss, std::vector<double>{row.check_loss_rel_error});
   }
   ++t.compares;
 }
 
-void MlpTrace::commit(RowJournal& journal) { impl_->staged.commit(journal); }
+void MlpTrace::commit(RowJournal& journal) { impl_->rows.commit(journal); }
 
-std::map<std::string, std::uint64_t> MlpTrace::digests() const {
-  std::map<std::string, std::uint64_t> out;
-  for (const auto& [name, d] : impl_->staged.digests()) out[name] = d.value();
-  return out;
-}
+std::map<std::string, std::uint64_t> MlpTrace::digests() const { return impl_->rows.digests(); }
 
 void MlpTrace::sync() { impl_->file.sync(); }
 void MlpTrace::flush() { impl_->file.flush(); }
@@ -333,21 +222,21 @@ MlpRunSummary MlpTrace::write_final_attributes() {
   h5::Group root = t.file.root();
   MlpRunSummary s;
   // Divergence: the first recorded step whose loss is not finite (-1: none).
-  const std::vector<std::int64_t> steps = t.step.read<std::int64_t>();
+  const std::vector<std::int64_t> steps = t.rows.ints_at(t.step).read<std::int64_t>();
   const auto first_nonfinite = [&](const std::vector<double>& loss) {
     for (std::size_t i = 0; i < loss.size(); ++i)
       if (!std::isfinite(loss[i])) return steps[i];
     return std::int64_t{-1};
   };
-  const std::size_t L = t.runs.empty() ? 0 : t.runs.front().weight_error.row_elements();
+  const std::size_t L = t.runs.empty() ? 0 : t.rows.doubles_at(t.runs.front().weight_error).row_elements();
   for (std::size_t r = 0; r < t.runs.size(); ++r) {
-    const std::vector<double> e = t.runs[r].weight_error.read<double>();
+    const std::vector<double> e = t.rows.doubles_at(t.runs[r].weight_error).read<double>();
     // Growth exponent of the accumulated weight error, last layer, over the whole run.
     std::vector<double> last(t.compared_steps.size());
     for (std::size_t i = 0; i < t.compared_steps.size(); ++i) last[i] = e[i * L + (L - 1)];
     MlpRunSummary::Run x;
     x.recipe = t.recipes[r];
-    const std::vector<double> loss = t.runs[r].loss.read<double>(), gap = t.runs[r].gap.read<double>();
+    const std::vector<double> loss = t.rows.doubles_at(t.runs[r].loss).read<double>(), gap = t.rows.doubles_at(t.runs[r].gap).read<double>();
     x.final_loss = loss.back();
     x.final_rel_loss_gap = gap.back();
     x.final_weight_rel_error = e.empty() ? std::nan("") : e.back();  // no compares without a reference
@@ -358,7 +247,7 @@ MlpRunSummary MlpTrace::write_final_attributes() {
     g.set_attr(mlp_trace::kFirstNonfiniteStepAttr, x.first_nonfinite_step);
     s.runs.push_back(std::move(x));
   }
-  const std::vector<double> ref_loss = t.ref_loss.read<double>();
+  const std::vector<double> ref_loss = t.rows.doubles_at(t.ref_loss).read<double>();
   s.reference_final_loss = ref_loss.back();
   s.reference_first_nonfinite_step = t.reference_enabled ? first_nonfinite(ref_loss) : std::int64_t{-1};
   root.open_group("mlp/reference").set_attr(mlp_trace::kFirstNonfiniteStepAttr, s.reference_first_nonfinite_step);

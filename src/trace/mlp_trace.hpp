@@ -21,6 +21,7 @@
 
 #include "sim/mlp_run.hpp"
 #include "trace/mlp_checkpoint.hpp"
+#include "trace/run_checkpoint.hpp"
 #include "trace/row_journal.hpp"
 #include "util/digest.hpp"
 

@@ -1,0 +1,58 @@
+#include "trace/run_files.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+namespace fp4d {
+
+void remove_run_files(const std::string& trace, std::initializer_list<const char*> suffixes) {
+  std::error_code ec;
+  for (const char* s : suffixes) std::filesystem::remove(trace + s, ec);
+}
+
+void sync_directory_of(const std::string& path) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  h5::File::sync_directory(dir.empty() ? "." : dir.string());
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+void create_run_files(const std::string& trace, const std::string& config_text,
+                      const std::function<void(const std::string&, const std::string&)>& create_trace,
+                      const std::function<void(const CheckpointMark&)>& write_checkpoint) {
+  CheckpointMark m;
+  m.run_id = new_run_id();
+  m.config_digest = text_digest(config_text);
+  const std::string partial = trace + ".partial";
+  try {
+    create_trace(partial, m.run_id);
+    const RowJournal j = RowJournal::create(journal_path(trace), m.run_id);
+    m.journal_length = j.length();
+    m.journal_digest = j.digest();
+    write_checkpoint(m);
+    std::filesystem::rename(partial, trace);
+    sync_directory_of(trace);
+  } catch (...) {
+    remove_run_files(trace, {".partial", ".ckpt", ".rows"});
+    throw;
+  }
+}
+
+RowJournal reopen_journal(const std::string& trace, const CheckpointMark& mark) {
+  try {
+    return RowJournal::reopen(journal_path(trace), mark.run_id, mark.journal_length, mark.journal_digest);
+  } catch (const h5::DiskFull&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw ResumeRefused(e.what());
+  }
+}
+
+}  // namespace fp4d

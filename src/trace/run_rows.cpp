@@ -1,0 +1,120 @@
+#include "trace/run_rows.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
+
+namespace fp4d {
+
+RunRows::Id RunRows::doubles(h5::Group root, const std::string& path, h5::Dims row, Counts counts, bool create) {
+  entries_.push_back(Entry{create ? root.create_appendable<double>(path, std::move(row)) : root.open_appendable<double>(path),
+                           counts, {}, {}});
+  return entries_.size() - 1;
+}
+
+RunRows::Id RunRows::ints(h5::Group root, const std::string& path, Counts counts, bool create) {
+  entries_.push_back(Entry{create ? root.create_appendable<std::int64_t>(path, {}) : root.open_appendable<std::int64_t>(path),
+                           counts, {}, {}});
+  return entries_.size() - 1;
+}
+
+template <class F>
+void RunRows::visit(Entry& e, F&& f) {
+  std::visit(f, e.ds);
+}
+
+void RunRows::stage(Id id, const std::vector<double>& row) {
+  auto& v = entries_.at(id).staged_d;
+  v.insert(v.end(), row.begin(), row.end());
+}
+void RunRows::stage(Id id, const std::vector<std::int64_t>& row) {
+  auto& v = entries_.at(id).staged_i;
+  v.insert(v.end(), row.begin(), row.end());
+}
+
+void RunRows::commit(RowJournal& journal) {
+  for (Entry& e : entries_)
+    visit(e, [&](auto& ds) {
+      using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+      std::vector<T>& v = [&]() -> std::vector<T>& {
+        if constexpr (std::is_same_v<T, double>) return e.staged_d;
+        else return e.staged_i;
+      }();
+      if (v.empty()) return;
+      ds.append(v);
+      journal.append(ds.path(), v);
+      digests_.try_emplace(ds.path()).first->second.add(v);
+      v.clear();
+    });
+}
+
+std::map<std::string, std::uint64_t> RunRows::digests() const {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [name, d] : digests_) out[name] = d.value();
+  return out;
+}
+
+void RunRows::verify_and_truncate(const CheckpointMark& m) {
+  const auto want_of = [&](const Entry& e) { return e.counts == Counts::Records ? m.records : m.compares; };
+  try {
+    for (Entry& e : entries_)
+      visit(e, [&](auto& ds) {
+        using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+        const std::uint64_t want = want_of(e);
+        if (want == 0) return;
+        const std::uint64_t have = ds.rows();
+        if (have < want)
+          throw ResumeRefused(ds.path() + " has " + std::to_string(have) + " rows, its checkpoint counts " + std::to_string(want));
+        const auto it = m.digests.find(ds.path());
+        if (it == m.digests.end()) throw ResumeRefused("the checkpoint has no digest of " + ds.path());
+        std::vector<T> rows = ds.template read<T>();
+        rows.resize(want * ds.row_elements());
+        Fnv1a64 d;
+        d.add(rows);
+        if (d.value() != it->second) throw ResumeRefused("the rows of " + ds.path() + " are not those its checkpoint recorded");
+      });
+  } catch (const ResumeRefused&) {
+    throw;
+  } catch (const std::exception& e) {  // a chunk that fails its Fletcher32 checksum or to inflate
+    throw ResumeRefused("the trace cannot be read back (" + std::string(e.what()) + ")");
+  }
+  for (const auto& [name, d] : m.digests) digests_.emplace(name, Fnv1a64(d));
+  for (Entry& e : entries_) visit(e, [&](auto& ds) { ds.truncate(want_of(e)); });
+}
+
+void RunRows::replay(const RowJournal& journal, std::uint64_t length) {
+  std::map<std::string, Entry*> by_path;
+  for (Entry& e : entries_) visit(e, [&](auto& ds) { by_path[ds.path()] = &e; });
+  journal.replay(length, [&](const std::string& name, const std::vector<double>* d, const std::vector<std::int64_t>* i) {
+    const auto it = by_path.find(name);
+    if (it == by_path.end()) throw ResumeRefused("its journal names a dataset the trace does not have: " + name);
+    visit(*it->second, [&](auto& ds) {
+      using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+      if constexpr (std::is_same_v<T, double>) {
+        if (!d) throw ResumeRefused("its journal holds integers for " + ds.path());
+        ds.append(*d);
+      } else {
+        if (!i) throw ResumeRefused("its journal holds floats for " + ds.path());
+        ds.append(*i);
+      }
+    });
+  });
+}
+
+const h5::Appendable<double>& RunRows::doubles_at(Id id) const { return std::get<h5::Appendable<double>>(entries_.at(id).ds); }
+const h5::Appendable<std::int64_t>& RunRows::ints_at(Id id) const {
+  return std::get<h5::Appendable<std::int64_t>>(entries_.at(id).ds);
+}
+
+double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector<double>& err) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (!(err[i] > 0) || steps[i] <= 0) continue;
+    const double x = std::log(static_cast<double>(steps[i])), y = std::log(err[i]);
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double den = n * sxx - sx * sx;
+  return n >= 2 && den > 0 ? (n * sxy - sx * sy) / den : std::nan("");
+}
+
+}  // namespace fp4d

@@ -1,0 +1,70 @@
+// The datasets a long run's trace grows by, row by row (the mlp's and the lm's: one class, so
+// that staging, journaling, verification and rebuilding are written once). Each dataset
+// follows one of two counts: records (one row per recorded step) or compares (one row per
+// comparison with the reference); a checkpoint (trace/run_checkpoint.hpp) stores both counts
+// and a digest of every dataset's rows.
+//
+// Rows reach the file only at commit(), which the run calls at its flush points: between
+// flushes the file is not touched, so a process killed outright leaves it exactly as at its
+// last flush. Every row committed also goes to the run's journal (trace/row_journal.hpp), from
+// which replay() fills a new trace when a resume finds the old one torn.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "trace/h5.hpp"
+#include "trace/row_journal.hpp"
+#include "trace/run_checkpoint.hpp"
+#include "util/digest.hpp"
+
+namespace fp4d {
+
+class RunRows {
+ public:
+  enum class Counts { Records, Compares };
+  using Id = std::size_t;  // registration order
+
+  // A dataset under root (path relative to it): created empty, or opened to continue a trace.
+  Id doubles(h5::Group root, const std::string& path, h5::Dims row, Counts counts, bool create);
+  Id ints(h5::Group root, const std::string& path, Counts counts, bool create);
+
+  void stage(Id id, const std::vector<double>& row);
+  void stage(Id id, const std::vector<std::int64_t>& row);
+  // Appends the staged rows to the file and to the journal, in registration order.
+  void commit(RowJournal& journal);
+  // The running digest of every row committed so far, per dataset path.
+  std::map<std::string, std::uint64_t> digests() const;
+
+  // Checks that every dataset holds at least the checkpoint's rows and that they are the rows
+  // its digests were taken of; then drops the rows after them and continues the digests from
+  // the checkpoint's. ResumeRefused, changing nothing, otherwise.
+  void verify_and_truncate(const CheckpointMark& m);
+  // Appends the journal's rows (its first `length` bytes) to these (new, empty) datasets.
+  // ResumeRefused when the journal names a dataset not registered or has the wrong type for one.
+  void replay(const RowJournal& journal, std::uint64_t length);
+
+  const h5::Appendable<double>& doubles_at(Id id) const;
+  const h5::Appendable<std::int64_t>& ints_at(Id id) const;
+
+ private:
+  struct Entry {
+    std::variant<h5::Appendable<double>, h5::Appendable<std::int64_t>> ds;
+    Counts counts = Counts::Records;
+    std::vector<double> staged_d;
+    std::vector<std::int64_t> staged_i;
+  };
+  template <class F>
+  void visit(Entry& e, F&& f);
+  std::vector<Entry> entries_;
+  std::map<std::string, Fnv1a64> digests_;
+};
+
+// Least-squares slope of log(err) against log(step) over the entries with err > 0 and step > 0
+// (NaN with fewer than two): how a run's accumulated error grows, the traces' final attribute.
+double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector<double>& err);
+
+}  // namespace fp4d
