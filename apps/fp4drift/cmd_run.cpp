@@ -1,10 +1,11 @@
 // fp4drift run CONFIG: one experiment from a config file. Workloads: `sum` and
-// `dot` (sim/sum_dot_run.hpp, trace/sum_dot_trace.hpp), `mlp` (sim/mlp_run.hpp). The trace
+// `dot` (sim/sum_dot_run.hpp, trace/sum_dot_trace.hpp), `mlp` (sim/mlp_run.hpp), `lm`
+// (sim/lm_run.hpp). The trace
 // (schema fp4drift.run v1, docs/trace-format.md) carries the config text and the provenance;
 // the summary printed at the end comes from the run itself, not from reading the trace back.
 //  sum/dot: written as OUT.partial and renamed when complete (they take seconds); SIGINT or
 //       SIGTERM stops the run, removes OUT.partial and exits 130.
-//  mlp: written under OUT as it goes, status running -> complete | interrupted | failed,
+//  mlp, lm: written under OUT as it goes, status running -> complete | interrupted | failed,
 //       flushed with a checkpoint every trace.flush_every steps; Ctrl-C (SIGINT) or SIGTERM
 //       stops at the next step, flushes and exits 130; --resume continues from the checkpoint.
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "sim/lm_run.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "trace/sum_dot_trace.hpp"
@@ -191,6 +193,94 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   return 0;
 }
 
+// A complete lm run's summary as one line of JSON (--json).
+void json_lm(const LmRunSpec& spec, const LmRunSummary& s) {
+  nlohmann::ordered_json j = {{"workload", "lm"},
+                              {"steps", spec.steps},
+                              {"loss_floor", s.loss_floor},
+                              {"unigram_loss", s.unigram_loss},
+                              {"reference_final_loss", s.reference_final_loss},
+                              {"reference_tail_loss", s.reference_tail_loss},
+                              {"runs", nlohmann::ordered_json::array()}};
+  for (const LmRunSummary::Run& r : s.runs)
+    j["runs"].push_back({{"recipe", r.recipe}, {"final_loss", r.final_loss}, {"tail_loss", r.tail_loss},
+                         {"tail_rel_loss_gap", r.tail_rel_loss_gap}, {"final_weight_rel_error", r.final_weight_rel_error},
+                         {"weight_error_growth_exponent", r.growth_exponent},
+                         {"first_nonfinite_step", r.first_nonfinite_step}});
+  std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+}
+
+void print_lm(const LmRunSpec& spec, const std::string& config_source, const LmRunSummary& s, const std::string& out) {
+  std::printf("fp4drift run: lm %s, %lld steps, %s; data: loss floor %.4g nats, unigram %.4g nats\n",
+              config_source.c_str(), static_cast<long long>(spec.steps), spec.model.pattern.c_str(), s.loss_floor,
+              s.unigram_loss);
+  if (spec.reference_enabled)
+    std::printf("reference (double): final loss %.6g, tail loss %.6g (mean of the last tenth of the steps)\n",
+                s.reference_final_loss, s.reference_tail_loss);
+  else
+    std::printf("reference off (no gaps, no weight errors)\n");
+  if (s.reference_first_nonfinite_step >= 0)
+    std::printf("the reference itself diverged at step %lld (not a rounding effect: lower lm.optimizer.lr)\n",
+                static_cast<long long>(s.reference_first_nonfinite_step));
+  std::printf("%-22s %12s %12s %14s %16s %14s\n", "recipe", "final loss", "tail loss", "tail rel gap", "W rel err (all)",
+              "W err growth");
+  for (const LmRunSummary::Run& r : s.runs) {
+    if (r.first_nonfinite_step >= 0) {
+      std::printf("%-22s diverged: the loss is not finite from step %lld on\n", r.recipe.c_str(),
+                  static_cast<long long>(r.first_nonfinite_step));
+      continue;
+    }
+    std::printf("%-22s %12.6g %12.6g %14.3e %16.3e %14.2f\n", r.recipe.c_str(), r.final_loss, r.tail_loss,
+                r.tail_rel_loss_gap, r.final_weight_rel_error, r.growth_exponent);
+  }
+  std::printf("wrote %s\n", out.c_str());
+}
+
+int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
+  const Backend& backend = select_backend(a.backend);
+  if (a.out.empty()) throw UsageError("workload 'lm' needs --out FILE: the trace is the run's result");
+  if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
+  if (!a.resume && std::filesystem::exists(a.out))
+    throw UsageError(a.out + " exists: use --resume to continue that run, or another --out");
+  if (a.concurrent_runs != "auto")
+    throw UsageError("--concurrent-runs: the lm workload steps its runs in turn, beside the reference's thread");
+  const LmRunSpec spec = parse_lm_run(cfg, a.steps);
+  cfg.finish();
+  LmRunControl ctl;
+  ctl.path = a.out;
+  ctl.config_text = cfg.text();
+  ctl.config_source = a.config;
+  ctl.command_line = command_line;
+  ctl.resume = a.resume;
+  ctl.backend = a.backend;
+  ctl.stop = &g_stop;
+  ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };
+  TrainerOptions t;
+  t.cuda_graphs = a.cuda_graphs == "on";
+  if (!a.json)
+    t.on_host_fallback = [](const std::string& recipe, const std::string& why) {
+      std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
+                   recipe.c_str(), why.c_str());
+    };
+  ctl.trainer = backend.lm_trainer_factory(t);
+  Progress progress;
+  if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t n) { progress(d, n); };
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  LmRunSummary summary;
+  const LmRunOutcome outcome = run_lm(spec, ctl, &summary);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (outcome == LmRunOutcome::Interrupted) {
+    std::fprintf(stderr, "fp4drift: interrupted: %s holds every step up to its last checkpoint; continue with --resume\n",
+                 a.out.c_str());
+    return 130;
+  }
+  if (a.json) json_lm(spec, summary);
+  else print_lm(spec, cfg.source(), summary, a.out);
+  return 0;
+}
+
 // Restores the default SIGINT/SIGTERM actions when it goes out of scope, however the run ends.
 struct StopSignals {
   StopSignals() {
@@ -237,10 +327,11 @@ int run_run(const RunArgs& a, const std::string& command_line) {
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");
   if (workload == "mlp") return run_mlp_workload(a, cfg, command_line);
-  cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot or mlp");
+  if (workload == "lm") return run_lm_workload(a, cfg, command_line);
+  cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot, mlp or lm");
   if (backend.is_device())
     throw UsageError("workload '" + workload + "' runs on the CPU only (its arithmetic is the format emulation; "
-                     "--backend cuda is for the mlp workload)");
+                     "--backend cuda is for the mlp and lm workloads)");
   if (a.resume)
     throw UsageError("--resume: '" + workload + "' runs are short and written whole; there is nothing to resume");
   // Accepted and ignored, the option would read as applied in the recorded command line.
@@ -274,7 +365,7 @@ Runner add_run(CLI::App& app, const std::string& command_line) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--cuda-graphs", a->cuda_graphs,
-                 "mlp --backend cuda: replay each resident step as one CUDA graph (the trace is the same "
+                 "mlp and lm --backend cuda: replay each resident step as one CUDA graph (the trace is the same "
                  "either way; off: kernel by kernel)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
