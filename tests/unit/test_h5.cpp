@@ -20,26 +20,15 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 namespace h5 = fp4d::h5;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("fp4d_test_h5_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : fp4d_test::TempDir {
+  TempDir() : fp4d_test::TempDir("fp4d_test_h5") {}
 };
 
 // Message of the h5::Error thrown by f ("" and a failed check if none is thrown).

@@ -28,6 +28,7 @@
 
 #include "sim/token_source.hpp"
 #include "support/catch.hpp"
+#include "support/temp_dir.hpp"
 #include "trace/h5.hpp"
 #include "trace/token_file.hpp"
 
@@ -38,20 +39,8 @@ namespace {
 
 constexpr double kSigmas = 5.0;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("fp4d_test_token_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : fp4d_test::TempDir {
+  TempDir() : fp4d_test::TempDir("fp4d_test_token_data") {}
 };
 
 // The message of the std::invalid_argument that f throws ("" and a failed check if none).
