@@ -14,8 +14,7 @@
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_kernels.cuh"
 #include "backend/cuda/mlp_operands.hpp"
-#include "backend/cuda/nvfp4_dual.hpp"
-#include "backend/cuda/nvfp4.hpp"
+#include "backend/cuda/recipe_linear.cuh"
 #include "model/mlp_math.hpp"
 #include "model/recipe_gemm.hpp"
 #include "quant/nvfp4_math.hpp"
@@ -31,46 +30,11 @@ Buf<T> buf(std::int64_t n, const char* what) {
   return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
 }
 
-enum class Mode { Fp32, Bf16, Nvfp4 };
-
-// One NVFP4 quantization's device outputs (1x16 rowwise/columnwise or 16x16).
-struct NvQuant {
-  Buf<std::uint8_t> codes, scales;
-  Buf<std::uint16_t> bf16;  // the unscaled BF16 decode (the GEMM operand)
-  NvQuant(std::int64_t elements, std::int64_t scale_count)
-      : codes(buf<std::uint8_t>(elements / 2, "cudaMalloc (mlp codes)")),
-        scales(buf<std::uint8_t>(scale_count, "cudaMalloc (mlp scales)")),
-        bf16(buf<std::uint16_t>(elements, "cudaMalloc (mlp bf16 operand)")) {}
-};
-
-// The rowwise + columnwise quantization of one tensor (X, dY, or W without 2D).
-struct NvDual {
-  NvQuant row, col;
-  Buf<GlobalScale> globals;  // [0] rowwise, [1] columnwise
-  Buf<std::uint32_t> keys;
-  NvDual(std::int64_t elements)
-      : row(elements, elements / 16), col(elements, elements / 16),
-        globals(buf<GlobalScale>(2, "cudaMalloc (mlp globals)")), keys(buf<std::uint32_t>(2, "cudaMalloc (mlp keys)")) {}
-};
-
 struct Layer {
   std::int64_t in = 0, out = 0;
-  Mode mode = Mode::Fp32;
-  GemmRecipe recipe{};
-  std::string path;
   Buf<float> w, m1, m2, dw, h, z, dz, dh;
-  // bf16: the casts of H, W, dY
-  Buf<std::uint16_t> hb, wb, dzb;
-  // nvfp4
-  std::unique_ptr<NvDual> x, dy, w_dual;  // w_dual: weights without 2D
-  std::unique_ptr<NvQuant> w2d;           // weights with 2D (16x16 tiles)
-  Buf<GlobalScale> w2d_global;
-  Buf<std::uint32_t> w2d_key;
-  Buf<float> alpha;  // {fprop alpha, 0, dgrad alpha, 0, wgrad alpha, 0}
-  std::unique_ptr<LtPlan> fprop, dgrad, wgrad;
+  std::unique_ptr<RecipeLinear> lin;  // the recipe's operands and GEMM plans
 };
-
-const float kOne = 1.0f;
 
 }  // namespace
 
@@ -182,23 +146,11 @@ struct MlpCudaTrainer::Impl {
     Layer& y = layer(l);
     y.in = spec.widths[static_cast<std::size_t>(l)];
     y.out = spec.widths[static_cast<std::size_t>(l) + 1];
-    const GemmRecipe* g = rg->layer_recipe(l);
-    y.mode = !g ? Mode::Fp32 : g->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
-    if (g) y.recipe = *g;
     allocate_layer_buffers(l);
-    LtGemm f, d, w;  // fprop Z = H W^T; dgrad dH = dZ W; wgrad dW = dZ^T H (out x in)
-    f.M = M, f.N = y.out, f.K = y.in, f.ld_k = y.in, f.d = y.z->p;
-    d.M = M, d.N = y.in, d.K = y.out, d.ld_k = y.out, d.d = y.dh->p;
-    w.M = y.out, w.N = y.in, w.K = M, w.ld_k = M, w.d = y.dw->p;
-    f.alpha = d.alpha = w.alpha = &kOne;
-    if (y.mode == Mode::Nvfp4) {
-      plan_nvfp4_operands(y, f, d, w);
-    } else {
-      plan_cast_operands(y, f, d, w);
-    }
-    y.fprop = std::make_unique<LtPlan>(f, &lt->get());
-    if (l > 0) y.dgrad = std::make_unique<LtPlan>(d, &lt->get());
-    y.wgrad = std::make_unique<LtPlan>(w, &lt->get());
+    LinearTensors t;
+    t.M = M, t.in = y.in, t.out = y.out;
+    t.x = y.h->p, t.w = y.w->p, t.dy = y.dz->p, t.y = y.z->p, t.dx = l > 0 ? y.dh->p : nullptr, t.dw = y.dw->p;
+    y.lin = std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), t, &params->p->seed, lt->get());
   }
 
   // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
@@ -213,171 +165,24 @@ struct MlpCudaTrainer::Impl {
     y.z = buf<float>(nz, "cudaMalloc (z)");
     y.dz = buf<float>(nz, "cudaMalloc (dz)");
     y.dh = buf<float>(l > 0 ? nh : 0, "cudaMalloc (dh)");
-    y.alpha = buf<float>(6, "cudaMalloc (alpha)");
   }
 
-  // NVFP4: the quantizers' outputs, and the GEMMs reading their BF16 decodes with the global
-  // scales as device-side alpha.
-  void plan_nvfp4_operands(Layer& y, LtGemm& f, LtGemm& d, LtGemm& w) {
-    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
-    y.x = std::make_unique<NvDual>(nh);
-    y.dy = std::make_unique<NvDual>(nz);
-    f.a = y.x->row.bf16->p;
-    d.a = y.dy->row.bf16->p;
-    // wgrad: dW = (dY^T columnwise, out x M) (X^T columnwise, in x M)^T: the TN form.
-    w.a = y.dy->col.bf16->p, w.b = y.x->col.bf16->p;
-    if (y.recipe.two_d_weights) {
-      y.w2d = std::make_unique<NvQuant>(nw, (y.out / 16) * (y.in / 16));
-      y.w2d_global = buf<GlobalScale>(1, "cudaMalloc (w global)");
-      y.w2d_key = buf<std::uint32_t>(1, "cudaMalloc (w key)");
-      f.b = y.w2d->bf16->p;
-      d.b = y.w2d->bf16->p, d.b_kn = true, d.ld_n = y.in;  // the same quantized W, read as W^T
-    } else {
-      y.w_dual = std::make_unique<NvDual>(nw);
-      f.b = y.w_dual->row.bf16->p;
-      d.b = y.w_dual->col.bf16->p;  // W quantized along out, stored transposed (in x out)
-    }
-    f.alpha_on_device = d.alpha_on_device = w.alpha_on_device = true;
-    f.alpha = y.alpha->p, d.alpha = y.alpha->p + 2, w.alpha = y.alpha->p + 4;
-    y.path = y.recipe.name + ": NVFP4 quantized on the GPU (X, dY: rowwise + columnwise" +
-             std::string(y.recipe.rht_wgrad ? " with RHT-16 for Wgrad" : "") +
-             (y.recipe.two_d_weights ? "; W: 16x16" : "; W: 1x16 both ways") +
-             "), decoded to BF16, cuBLASLt BF16 GEMMs, global scales as alpha";
-  }
-
-  // BF16 (the casts of H, W, dY) or FP32 (the tensors themselves): the GEMMs read the operands
-  // in place, transposed through the plans' layouts rather than copies.
-  void plan_cast_operands(Layer& y, LtGemm& f, LtGemm& d, LtGemm& w) {
-    const std::int64_t nw = y.in * y.out, nh = M * y.in, nz = M * y.out;
-    const bool bf = y.mode == Mode::Bf16;
-    if (bf) {
-      y.hb = buf<std::uint16_t>(nh, "cudaMalloc (h bf16)");
-      y.wb = buf<std::uint16_t>(nw, "cudaMalloc (w bf16)");
-      y.dzb = buf<std::uint16_t>(nz, "cudaMalloc (dz bf16)");
-    } else {
-      f.ta = f.tb = d.ta = d.tb = w.ta = w.tb = CUDA_R_32F;
-    }
-    f.a = bf ? static_cast<const void*>(y.hb->p) : y.h->p;
-    f.b = bf ? static_cast<const void*>(y.wb->p) : y.w->p;
-    d.a = bf ? static_cast<const void*>(y.dzb->p) : y.dz->p;
-    d.b = f.b, d.b_kn = true, d.ld_n = y.in;
-    w.a = d.a, w.a_km = true, w.ld_m = y.out;  // dY stored M x out = K x M_gemm
-    w.b = f.a, w.b_kn = true, w.ld_n = y.in;   // H stored M x in = K x N
-    y.path = bf ? y.recipe.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
-                : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
-  }
-
-  // A graph replays its launch arguments: only the SR seed of the dual quantizations and the
-  // optimizer's coefficients are read from device memory, so anything else that depends on the
-  // step (or on its seed) rules the graph out.
+  // A graph replays its launch arguments: the layers name what would vary from step to step.
   std::string find_graph_blocker() const {
     for (const Layer& y : layers) {
-      if (y.mode != Mode::Nvfp4) continue;
-      // The columnwise (Wgrad) sides of X and dY, as forward_layer and backward_layer make them.
-      const auto signs = [&](OperandKind k, GemmRole row_role, int col_operand, std::uint64_t seed) {
-        return dual_spec_of(spec_of(y, k, row_role, 0, seed), spec_of(y, k, GemmRole::Wgrad, col_operand, seed))
-            .rht_sign_mask;
-      };
-      if (signs(OperandKind::Activation, GemmRole::Fprop, 0, 1) != signs(OperandKind::Activation, GemmRole::Fprop, 0, 2) ||
-          signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 1) != signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 2))
-        return "the RHT signs depend on the step's seed";
-      if (y.w2d && spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, 0).rounding.mode == Rounding::Stochastic)
-        return "stochastic rounding of 16x16 weights takes its seed as a launch argument";
+      const std::string why = y.lin->graph_blocker();
+      if (!why.empty()) return why;
     }
     return "";
   }
 
-  // ---- the operands' quantization ----
-
   void launch_check(const char* what) { check(cudaGetLastError(), what); }
-
-  // The BF16 GEMM operand of a 1x16 NVFP4 quantization: its decode without the global scale.
-  void decode(const NvQuant& q, std::int64_t elements) {
-    const std::int64_t blocks = elements / 16;
-    decode_1x16_kernel<<<blocks_for(blocks), kThreads, 0, stream>>>(q.codes->p, q.scales->p, blocks, q.bf16->p);
-    launch_check("decode_1x16_kernel launch");
-  }
-
-  // A bf16 layer's GEMM operand: the RNE cast of n floats.
-  void cast(const float* x, std::uint16_t* out, std::int64_t n) {
-    cast_bf16_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(x, out, n);
-    launch_check("cast_bf16_kernel launch");
-  }
-
-  // Rowwise + columnwise quantization of x (rows x cols) with the two operand specs (both in
-  // the NT form RecipeGemm quantizes; the columnwise one is the transpose's rowwise spec).
-  static DualSpec dual_spec_of(const QuantSpec& row, QuantSpec col) {
-    col.axis = 0;      // quantize_cpu(X^T, axis 1) == quantize_cpu(X, axis 0): same codes, same order
-    col.rht_axis = 0;
-    return dual_spec(row, col);
-  }
-  void dual(const float* x, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row, const QuantSpec& col) {
-    DualSpec ds = dual_spec_of(row, col);
-    ds.device_seed = &params->p->seed;  // = row's and col's seed (spec_of gives both the step's)
-    nvfp4_quantize_dual_device(x, rows, cols, ds,
-                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
-                               q.keys->p, stream);
-    decode(q.row, rows * cols);
-    decode(q.col, rows * cols);
-  }
-
-  // RecipeGemm's QuantSpec of layer y's operand (role, operand) in the step of this seed.
-  QuantSpec spec_of(const Layer& y, OperandKind k, GemmRole role, int operand, std::uint64_t seed) const {
-    return gemm_operand_spec(y.recipe, k, role == GemmRole::Wgrad, seed, recipe_operand_stream(
-        static_cast<int>(&y - layers.data()), role, operand));
-  }
-
-  // NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
-  // columnwise 1x16.
-  void quantize_weight(Layer& y, std::uint64_t seed) {
-    const QuantSpec wf = spec_of(y, OperandKind::Weight, GemmRole::Fprop, 1, seed);
-    if (y.w2d) {
-      nvfp4_amax_device(y.w->p, y.in * y.out, y.w2d_key->p, stream);
-      nvfp4_quantize_16x16_device_from_amax(y.w->p, y.out, y.in, y.w2d_key->p, wf.rounding,
-                                            wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p,
-                                            y.w2d->scales->p, stream, y.w2d->bf16->p, y.w2d_global->p);
-    } else {
-      dual(y.w->p, y.out, y.in, *y.w_dual, wf, spec_of(y, OperandKind::Weight, GemmRole::Dgrad, 1, seed));
-    }
-  }
-
-  // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
-  // BF16 casts of H and W.
-  void quantize_forward_operands(Layer& y, std::uint64_t seed) {
-    if (y.mode == Mode::Nvfp4) {
-      dual(y.h->p, M, y.in, *y.x, spec_of(y, OperandKind::Activation, GemmRole::Fprop, 0, seed),
-           spec_of(y, OperandKind::Activation, GemmRole::Wgrad, 0, seed));
-      quantize_weight(y, seed);
-      const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p;
-      alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.x->globals->p, gw, y.alpha->p}, AlphaPair{});
-      launch_check("alpha_kernel launch");
-    } else if (y.mode == Mode::Bf16) {
-      cast(y.h->p, y.hb->p, M * y.in);
-      cast(y.w->p, y.wb->p, y.in * y.out);
-    }
-  }
-
-  // The dY operands of Dgrad and Wgrad: NVFP4 dY with both GEMMs' alphas, or the BF16 cast.
-  void quantize_backward_operands(Layer& y, std::uint64_t seed) {
-    if (y.mode == Mode::Nvfp4) {
-      dual(y.dz->p, M, y.out, *y.dy, spec_of(y, OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
-           spec_of(y, OperandKind::Gradient, GemmRole::Wgrad, 1, seed));
-      const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
-      alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
-                                         AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4});
-      launch_check("alpha_kernel launch");
-    } else if (y.mode == Mode::Bf16) {
-      cast(y.dz->p, y.dzb->p, M * y.out);
-    }
-  }
 
   // ---- the step ----
 
   // Z_l = H_l W_l^T, then H_{l+1} = act(Z_l) below the last layer.
   void forward_layer(int l, std::uint64_t seed) {
-    Layer& y = layer(l);
-    quantize_forward_operands(y, seed);
-    y.fprop->run(stream, &lt->get());
+    layer(l).lin->forward(seed, stream, lt->get());
     if (l + 1 < L) activation_forward(l);
   }
 
@@ -392,12 +197,8 @@ struct MlpCudaTrainer::Impl {
 
   // dW_l = dZ_l^T H_l, then (above layer 0) dH_l = dZ_l W_l and dZ_{l-1} = dH_l act'(Z_{l-1}).
   void backward_layer(int l, std::uint64_t seed) {
-    Layer& y = layer(l);
-    quantize_backward_operands(y, seed);
-    y.wgrad->run(stream, &lt->get());
-    if (l == 0) return;
-    y.dgrad->run(stream, &lt->get());
-    activation_backward(l);
+    layer(l).lin->backward(seed, stream, lt->get());
+    if (l > 0) activation_backward(l);
   }
 
   // dZ_{l-1} = dH_l act'(Z_{l-1}).
@@ -593,54 +394,6 @@ struct MlpCudaTrainer::Impl {
 
   // ---- operands for tests ----
 
-  // Where operand (role, operand) of layer y lies after the step, as download_operand reads it.
-  DeviceOperand operand_location(const Layer& y, GemmRole role, int operand) const {
-    if (y.mode == Mode::Fp32) return {};
-    return y.mode == Mode::Bf16 ? bf16_location(y, role, operand) : nvfp4_location(y, role, operand);
-  }
-
-  // The casts: H and dY as stored (M x in, M x out), W as stored (out x in); each GEMM reads
-  // them in the orientation of its NT form.
-  DeviceOperand bf16_location(const Layer& y, GemmRole role, int operand) const {
-    const auto at = [](const Buf<std::uint16_t>& b, std::int64_t rows, std::int64_t cols, bool transpose) {
-      DeviceOperand d;
-      d.kind = DeviceOperand::Kind::Bf16;
-      d.bf16 = b->p, d.rows = rows, d.cols = cols, d.transpose = transpose;
-      return d;
-    };
-    switch (role) {
-      case GemmRole::Fprop: return operand == 0 ? at(y.hb, M, y.in, false) : at(y.wb, y.out, y.in, false);
-      case GemmRole::Dgrad: return operand == 0 ? at(y.dzb, M, y.out, false) : at(y.wb, y.out, y.in, true);
-      case GemmRole::Wgrad: return operand == 0 ? at(y.hb, M, y.in, true) : at(y.dzb, M, y.out, true);
-    }
-    return {};
-  }
-
-  // NVFP4: the rowwise sides of X and dY for Fprop and Dgrad, their columnwise sides (stored
-  // transposed) for Wgrad; W as 16x16 tiles (Dgrad reads their transpose) or its two 1x16 sides.
-  DeviceOperand nvfp4_location(const Layer& y, GemmRole role, int operand) const {
-    const auto at = [](const NvQuant& q, const GlobalScale* g, std::int64_t rows, std::int64_t cols, bool tiles,
-                       bool transpose) {
-      DeviceOperand d;
-      d.kind = DeviceOperand::Kind::Nvfp4;
-      d.codes = q.codes->p, d.scales = q.scales->p, d.global = g;
-      d.rows = rows, d.cols = cols, d.tiles = tiles, d.transpose = transpose;
-      return d;
-    };
-    const auto weight = [&](bool transposed) {
-      if (y.w2d) return at(*y.w2d, y.w2d_global->p, y.out, y.in, true, transposed);
-      return transposed ? at(y.w_dual->col, y.w_dual->globals->p + 1, y.in, y.out, false, false)
-                        : at(y.w_dual->row, y.w_dual->globals->p, y.out, y.in, false, false);
-    };
-    switch (role) {
-      case GemmRole::Fprop: return operand == 0 ? at(y.x->row, y.x->globals->p, M, y.in, false, false) : weight(false);
-      case GemmRole::Dgrad: return operand == 0 ? at(y.dy->row, y.dy->globals->p, M, y.out, false, false) : weight(true);
-      case GemmRole::Wgrad:
-        return operand == 0 ? at(y.x->col, y.x->globals->p + 1, y.in, M, false, false)
-                            : at(y.dy->col, y.dy->globals->p + 1, y.out, M, false, false);
-    }
-    return {};
-  }
 };
 
 MlpCudaTrainer::MlpCudaTrainer(const MlpSpec& spec, const RecipeGemmOptions& opt, const MlpState<float>& state)
@@ -702,7 +455,7 @@ void MlpCudaTrainer::set_state(const MlpState<float>& s) {
   m.step = s.step;
 }
 
-std::string MlpCudaTrainer::path(int layer) const { return impl_->layers.at(static_cast<std::size_t>(layer)).path; }
+std::string MlpCudaTrainer::path(int layer) const { return impl_->layers.at(static_cast<std::size_t>(layer)).lin->path(); }
 
 void MlpCudaTrainer::set_cuda_graphs(bool on) {
   if (impl_->pending) throw std::logic_error("MlpCudaTrainer: set_cuda_graphs() during a step");
@@ -720,7 +473,7 @@ QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int 
   const Layer& y = m.layers.at(static_cast<std::size_t>(layer));
   if (role == GemmRole::Dgrad && layer == 0) return {};
   check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (quantized_operand)");
-  return download_operand(m.operand_location(y, role, operand));
+  return download_operand(y.lin->operand_location(role, operand));
 }
 
 }  // namespace fp4d::cuda

@@ -1,6 +1,6 @@
 // The device side of the resident mlp step (mlp.cu, .cu files only): model/mlp_math.hpp's
-// element-wise expressions, the BF16 cast and the NVFP4 decode of the GEMM operands, the
-// epilogue alphas, the loss with its fixed reduction tree, and the optimizers. Everything a
+// element-wise expressions, the loss with its fixed reduction tree, and the optimizers (the
+// GEMM operands' casts and decodes are recipe_linear.cu's). Everything a
 // kernel reads that changes from step to step comes from device memory (StepParams), so one
 // captured CUDA graph replays every step. Internal linkage: the kernels belong to the one
 // translation unit that launches them.
@@ -12,23 +12,12 @@
 #include <cmath>
 #include <cstdint>
 
-#include "format/bf16.hpp"
-#include "format/e2m1.hpp"
-#include "format/fp8.hpp"
+#include "backend/cuda/launch_util.cuh"
 #include "model/mlp_math.hpp"
-#include "quant/nvfp4_math.hpp"
 
 namespace fp4d::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kReduceBlocks = 256;  // fixed: the loss's summation tree depends on nothing else
-
-unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
-  const std::int64_t b = (n + kThreads * per_thread - 1) / (kThreads * per_thread);
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
-}
 
 // ---- element-wise kernels: model/mlp_math.hpp's expressions in float32 (--fmad=false) ----
 constexpr float kInvSqrt2 = 0.70710678118654752440084436210485f;
@@ -52,59 +41,6 @@ __global__ void act_backward_kernel(const float* __restrict__ dh, const float* _
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     dz[i] = dh[i] * act_df(gelu, z[i]);
-}
-
-__global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = bf16_rne_bits(x[i]);
-}
-
-// 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
-// 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated GEMM (nvfp4-spec.md 2,
-// step 6): the same decode the quantize kernels write.
-__global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
-                                   std::int64_t blocks, std::uint16_t* __restrict__ out) {
-  for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
-       b += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const uint2 c = reinterpret_cast<const uint2*>(codes)[b];
-    const float s = e4m3_decode(scales[b]);
-    std::uint32_t w[8];
-    for (int k = 0; k < 8; ++k) {
-      const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
-      const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
-      const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
-      w[k] = lo | (hi << 16);
-    }
-    uint4* o = reinterpret_cast<uint4*>(out + b * 16);
-    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-  }
-}
-
-// Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
-// emulation's g. Up to two pairs per launch.
-struct AlphaPair {
-  const GlobalScale* a = nullptr;
-  const GlobalScale* b = nullptr;
-  float* out = nullptr;
-};
-__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
-  if (threadIdx.x != 0) return;
-  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
-  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
-}
-
-// Block sum in double over shared memory, fixed tree (deterministic).
-__device__ double block_sum(double v) {
-  __shared__ double sh[kThreads];
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  return sh[0];
 }
 
 // Regression: dZ = (Y - T) / (M out) in float32 (the CPU's expression); partial sums of

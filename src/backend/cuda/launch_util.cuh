@@ -1,0 +1,36 @@
+// Launch shapes and the fixed-tree block reduction shared by the resident training steps'
+// kernels (.cu files only). Internal linkage: each translation unit gets its own copy.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace fp4d::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kReduceBlocks = 256;  // fixed: a reduction's summation tree depends on nothing else
+
+unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
+  const std::int64_t b = (n + kThreads * per_thread - 1) / (kThreads * per_thread);
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
+}
+
+// Block sum in double over shared memory, fixed tree (deterministic). kThreads threads.
+__device__ double block_sum(double v) {
+  __shared__ double sh[kThreads];
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+}  // namespace
+
+}  // namespace fp4d::cuda

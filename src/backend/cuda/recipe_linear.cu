@@ -1,0 +1,330 @@
+// One linear layer's recipe GEMMs on the device (recipe_linear.cuh): its operand buffers,
+// the casts / NVFP4 quantizations and decodes, and the cuBLASLt plans.
+#include "backend/cuda/recipe_linear.cuh"
+
+#include <stdexcept>
+
+#include "backend/cuda/launch_util.cuh"
+#include "backend/cuda/nvfp4.hpp"
+#include "backend/cuda/nvfp4_dual.hpp"
+#include "format/bf16.hpp"
+#include "format/e2m1.hpp"
+#include "format/fp8.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+__global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __restrict__ out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bf16_rne_bits(x[i]);
+}
+
+// 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
+// 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated GEMM (nvfp4-spec.md 2,
+// step 6): the same decode the quantize kernels write.
+__global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
+                                   std::int64_t blocks, std::uint16_t* __restrict__ out) {
+  for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const uint2 c = reinterpret_cast<const uint2*>(codes)[b];
+    const float s = e4m3_decode(scales[b]);
+    std::uint32_t w[8];
+    for (int k = 0; k < 8; ++k) {
+      const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
+      const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
+      const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
+      w[k] = lo | (hi << 16);
+    }
+    uint4* o = reinterpret_cast<uint4*>(out + b * 16);
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+}
+
+// Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
+// emulation's g. Up to two pairs per launch.
+struct AlphaPair {
+  const GlobalScale* a = nullptr;
+  const GlobalScale* b = nullptr;
+  float* out = nullptr;
+};
+__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
+  if (threadIdx.x != 0) return;
+  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
+  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
+}
+
+template <class T>
+using Buf = std::unique_ptr<DeviceBuffer<T>>;
+template <class T>
+Buf<T> buf(std::int64_t n, const char* what) {
+  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
+}
+
+// One NVFP4 quantization's device outputs (1x16 rowwise/columnwise or 16x16).
+struct NvQuant {
+  Buf<std::uint8_t> codes, scales;
+  Buf<std::uint16_t> bf16;  // the unscaled BF16 decode (the GEMM operand)
+  NvQuant(std::int64_t elements, std::int64_t scale_count)
+      : codes(buf<std::uint8_t>(elements / 2, "cudaMalloc (linear codes)")),
+        scales(buf<std::uint8_t>(scale_count, "cudaMalloc (linear scales)")),
+        bf16(buf<std::uint16_t>(elements, "cudaMalloc (linear bf16 operand)")) {}
+};
+
+// The rowwise + columnwise quantization of one tensor (X, dY, or W without 2D).
+struct NvDual {
+  NvQuant row, col;
+  Buf<GlobalScale> globals;  // [0] rowwise, [1] columnwise
+  Buf<std::uint32_t> keys;
+  explicit NvDual(std::int64_t elements)
+      : row(elements, elements / 16), col(elements, elements / 16),
+        globals(buf<GlobalScale>(2, "cudaMalloc (linear globals)")),
+        keys(buf<std::uint32_t>(2, "cudaMalloc (linear keys)")) {}
+};
+
+const float kOne = 1.0f;
+
+void launch_check(const char* what) { check(cudaGetLastError(), what); }
+
+// The BF16 GEMM operand of a 1x16 NVFP4 quantization: its decode without the global scale.
+void decode(const NvQuant& q, std::int64_t elements, cudaStream_t stream) {
+  const std::int64_t blocks = elements / 16;
+  decode_1x16_kernel<<<blocks_for(blocks), kThreads, 0, stream>>>(q.codes->p, q.scales->p, blocks, q.bf16->p);
+  launch_check("decode_1x16_kernel launch");
+}
+
+// A bf16 layer's GEMM operand: the RNE cast of n floats.
+void cast(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
+  cast_bf16_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(x, out, n);
+  launch_check("cast_bf16_kernel launch");
+}
+
+// Rowwise + columnwise quantization specs as a DualSpec (both given in the NT form RecipeGemm
+// quantizes; the columnwise one is the transpose's rowwise spec).
+DualSpec dual_spec_of(const QuantSpec& row, QuantSpec col) {
+  col.axis = 0;  // quantize_cpu(X^T, axis 1) == quantize_cpu(X, axis 0): same codes, same order
+  col.rht_axis = 0;
+  return dual_spec(row, col);
+}
+
+}  // namespace
+
+struct RecipeLinear::Buffers {
+  // bf16: the casts of X, W, dY
+  Buf<std::uint16_t> xb, wb, dyb;
+  // nvfp4
+  std::unique_ptr<NvDual> x, dy, w_dual;  // w_dual: weights without 2D
+  std::unique_ptr<NvQuant> w2d;           // weights with 2D (16x16 tiles)
+  Buf<GlobalScale> w2d_global;
+  Buf<std::uint32_t> w2d_key;
+  Buf<float> alpha;  // {fprop alpha, 0, dgrad alpha, 0, wgrad alpha, 0}
+
+  void dual(const float* src, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row,
+            const QuantSpec& col, const std::uint64_t* device_seed, cudaStream_t stream) {
+    DualSpec ds = dual_spec_of(row, col);
+    ds.device_seed = device_seed;  // = row's and col's seed (spec_of gives both the step's)
+    nvfp4_quantize_dual_device(src, rows, cols, ds,
+                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
+                               q.keys->p, stream);
+    decode(q.row, rows * cols, stream);
+    decode(q.col, rows * cols, stream);
+  }
+};
+
+RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t,
+                           const std::uint64_t* device_seed, const LtContext& lt)
+    : layer_(layer), t_(t), device_seed_(device_seed), b_(std::make_unique<Buffers>()) {
+  mode_ = !recipe ? Mode::Fp32 : recipe->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
+  if (recipe) recipe_ = *recipe;
+  if (recipe && recipe->kind != GemmRecipe::Kind::Bf16 && recipe->kind != GemmRecipe::Kind::Nvfp4)
+    throw std::invalid_argument("recipe '" + recipe->name + "' has no resident GPU path");
+  b_->alpha = buf<float>(6, "cudaMalloc (alpha)");
+  LtGemm f, d, w;  // fprop Y = X W^T; dgrad dX = dY W; wgrad dW = dY^T X (out x in)
+  f.M = t.M, f.N = t.out, f.K = t.in, f.ld_k = t.in, f.d = t.y;
+  d.M = t.M, d.N = t.in, d.K = t.out, d.ld_k = t.out, d.d = t.dx;
+  w.M = t.out, w.N = t.in, w.K = t.M, w.ld_k = t.M, w.d = t.dw;
+  f.alpha = d.alpha = w.alpha = &kOne;
+  if (mode_ == Mode::Nvfp4) plan_nvfp4(f, d, w);
+  else plan_cast(f, d, w);
+  fprop_ = std::make_unique<LtPlan>(f, &lt);
+  if (t.dx) dgrad_ = std::make_unique<LtPlan>(d, &lt);
+  wgrad_ = std::make_unique<LtPlan>(w, &lt);
+}
+
+RecipeLinear::~RecipeLinear() = default;
+
+// NVFP4: the quantizers' outputs, and the GEMMs reading their BF16 decodes with the global
+// scales as device-side alpha.
+void RecipeLinear::plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w) {
+  const std::int64_t nw = t_.in * t_.out, nh = t_.M * t_.in, nz = t_.M * t_.out;
+  Buffers& y = *b_;
+  y.x = std::make_unique<NvDual>(nh);
+  y.dy = std::make_unique<NvDual>(nz);
+  f.a = y.x->row.bf16->p;
+  d.a = y.dy->row.bf16->p;
+  // wgrad: dW = (dY^T columnwise, out x M) (X^T columnwise, in x M)^T: the TN form.
+  w.a = y.dy->col.bf16->p, w.b = y.x->col.bf16->p;
+  if (recipe_.two_d_weights) {
+    y.w2d = std::make_unique<NvQuant>(nw, (t_.out / 16) * (t_.in / 16));
+    y.w2d_global = buf<GlobalScale>(1, "cudaMalloc (w global)");
+    y.w2d_key = buf<std::uint32_t>(1, "cudaMalloc (w key)");
+    f.b = y.w2d->bf16->p;
+    d.b = y.w2d->bf16->p, d.b_kn = true, d.ld_n = t_.in;  // the same quantized W, read as W^T
+  } else {
+    y.w_dual = std::make_unique<NvDual>(nw);
+    f.b = y.w_dual->row.bf16->p;
+    d.b = y.w_dual->col.bf16->p;  // W quantized along out, stored transposed (in x out)
+  }
+  f.alpha_on_device = d.alpha_on_device = w.alpha_on_device = true;
+  f.alpha = y.alpha->p, d.alpha = y.alpha->p + 2, w.alpha = y.alpha->p + 4;
+  path_ = recipe_.name + ": NVFP4 quantized on the GPU (X, dY: rowwise + columnwise" +
+          std::string(recipe_.rht_wgrad ? " with RHT-16 for Wgrad" : "") +
+          (recipe_.two_d_weights ? "; W: 16x16" : "; W: 1x16 both ways") +
+          "), decoded to BF16, cuBLASLt BF16 GEMMs, global scales as alpha";
+}
+
+// BF16 (the casts of X, W, dY) or FP32 (the tensors themselves): the GEMMs read the operands
+// in place, transposed through the plans' layouts rather than copies.
+void RecipeLinear::plan_cast(LtGemm& f, LtGemm& d, LtGemm& w) {
+  const std::int64_t nw = t_.in * t_.out, nh = t_.M * t_.in, nz = t_.M * t_.out;
+  const bool bf = mode_ == Mode::Bf16;
+  Buffers& y = *b_;
+  if (bf) {
+    y.xb = buf<std::uint16_t>(nh, "cudaMalloc (x bf16)");
+    y.wb = buf<std::uint16_t>(nw, "cudaMalloc (w bf16)");
+    y.dyb = buf<std::uint16_t>(nz, "cudaMalloc (dy bf16)");
+  } else {
+    f.ta = f.tb = d.ta = d.tb = w.ta = w.tb = CUDA_R_32F;
+  }
+  f.a = bf ? static_cast<const void*>(y.xb->p) : t_.x;
+  f.b = bf ? static_cast<const void*>(y.wb->p) : t_.w;
+  d.a = bf ? static_cast<const void*>(y.dyb->p) : t_.dy;
+  d.b = f.b, d.b_kn = true, d.ld_n = t_.in;
+  w.a = d.a, w.a_km = true, w.ld_m = t_.out;  // dY stored M x out = K x M_gemm
+  w.b = f.a, w.b_kn = true, w.ld_n = t_.in;   // X stored M x in = K x N
+  path_ = bf ? recipe_.name + ": BF16 casts on the GPU, cuBLASLt BF16 GEMMs (FP32 accumulation)"
+             : std::string("fp32: cuBLASLt FP32 GEMMs (FP32 FMA, no TF32)");
+}
+
+// RecipeGemm's QuantSpec of this layer's operand (role, operand) in the step of this seed.
+QuantSpec RecipeLinear::spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const {
+  return gemm_operand_spec(recipe_, k, role == GemmRole::Wgrad, seed, recipe_operand_stream(layer_, role, operand));
+}
+
+// A graph replays its launch arguments: only the SR seed of the dual quantizations is read
+// from device memory, so anything else that depends on the step (or on its seed) rules the
+// graph out.
+std::string RecipeLinear::graph_blocker() const {
+  if (mode_ != Mode::Nvfp4) return "";
+  // The columnwise (Wgrad) sides of X and dY, as forward and backward make them.
+  const auto signs = [&](OperandKind k, GemmRole row_role, int col_operand, std::uint64_t seed) {
+    return dual_spec_of(spec_of(k, row_role, 0, seed), spec_of(k, GemmRole::Wgrad, col_operand, seed)).rht_sign_mask;
+  };
+  if (signs(OperandKind::Activation, GemmRole::Fprop, 0, 1) != signs(OperandKind::Activation, GemmRole::Fprop, 0, 2) ||
+      signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 1) != signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 2))
+    return "the RHT signs depend on the step's seed";
+  if (b_->w2d && spec_of(OperandKind::Weight, GemmRole::Fprop, 1, 0).rounding.mode == Rounding::Stochastic)
+    return "stochastic rounding of 16x16 weights takes its seed as a launch argument";
+  return "";
+}
+
+// NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
+// columnwise 1x16.
+void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
+  Buffers& y = *b_;
+  const QuantSpec wf = spec_of(OperandKind::Weight, GemmRole::Fprop, 1, seed);
+  if (y.w2d) {
+    nvfp4_amax_device(t_.w, t_.in * t_.out, y.w2d_key->p, stream);
+    nvfp4_quantize_16x16_device_from_amax(t_.w, t_.out, t_.in, y.w2d_key->p, wf.rounding,
+                                          wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p, y.w2d->scales->p,
+                                          stream, y.w2d->bf16->p, y.w2d_global->p);
+  } else {
+    y.dual(t_.w, t_.out, t_.in, *y.w_dual, wf, spec_of(OperandKind::Weight, GemmRole::Dgrad, 1, seed), device_seed_,
+           stream);
+  }
+}
+
+// The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
+// BF16 casts of X and W; then the Fprop GEMM.
+void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
+  Buffers& y = *b_;
+  if (mode_ == Mode::Nvfp4) {
+    y.dual(t_.x, t_.M, t_.in, *y.x, spec_of(OperandKind::Activation, GemmRole::Fprop, 0, seed),
+           spec_of(OperandKind::Activation, GemmRole::Wgrad, 0, seed), device_seed_, stream);
+    quantize_weight(seed, stream);
+    const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p;
+    alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.x->globals->p, gw, y.alpha->p}, AlphaPair{});
+    launch_check("alpha_kernel launch");
+  } else if (mode_ == Mode::Bf16) {
+    cast(t_.x, y.xb->p, t_.M * t_.in, stream);
+    cast(t_.w, y.wb->p, t_.in * t_.out, stream);
+  }
+  fprop_->run(stream, &lt);
+}
+
+// The dY operands of Dgrad and Wgrad (NVFP4 dY with both GEMMs' alphas, or the BF16 cast),
+// then Wgrad and, where the layer has one, Dgrad.
+void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
+  Buffers& y = *b_;
+  if (mode_ == Mode::Nvfp4) {
+    y.dual(t_.dy, t_.M, t_.out, *y.dy, spec_of(OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
+           spec_of(OperandKind::Gradient, GemmRole::Wgrad, 1, seed), device_seed_, stream);
+    const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
+    alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
+                                       AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4});
+    launch_check("alpha_kernel launch");
+  } else if (mode_ == Mode::Bf16) {
+    cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
+  }
+  wgrad_->run(stream, &lt);
+  if (dgrad_) dgrad_->run(stream, &lt);
+}
+
+DeviceOperand RecipeLinear::operand_location(GemmRole role, int operand) const {
+  const Buffers& y = *b_;
+  const std::int64_t M = t_.M;
+  if (mode_ == Mode::Fp32) return {};
+  if (mode_ == Mode::Bf16) {
+    // The casts: X and dY as stored (M x in, M x out), W as stored (out x in); each GEMM reads
+    // them in the orientation of its NT form.
+    const auto at = [](const Buf<std::uint16_t>& b, std::int64_t rows, std::int64_t cols, bool transpose) {
+      DeviceOperand d;
+      d.kind = DeviceOperand::Kind::Bf16;
+      d.bf16 = b->p, d.rows = rows, d.cols = cols, d.transpose = transpose;
+      return d;
+    };
+    switch (role) {
+      case GemmRole::Fprop: return operand == 0 ? at(y.xb, M, t_.in, false) : at(y.wb, t_.out, t_.in, false);
+      case GemmRole::Dgrad: return operand == 0 ? at(y.dyb, M, t_.out, false) : at(y.wb, t_.out, t_.in, true);
+      case GemmRole::Wgrad: return operand == 0 ? at(y.xb, M, t_.in, true) : at(y.dyb, M, t_.out, true);
+    }
+    return {};
+  }
+  // NVFP4: the rowwise sides of X and dY for Fprop and Dgrad, their columnwise sides (stored
+  // transposed) for Wgrad; W as 16x16 tiles (Dgrad reads their transpose) or its two 1x16 sides.
+  const auto at = [](const NvQuant& q, const GlobalScale* g, std::int64_t rows, std::int64_t cols, bool tiles,
+                     bool transpose) {
+    DeviceOperand d;
+    d.kind = DeviceOperand::Kind::Nvfp4;
+    d.codes = q.codes->p, d.scales = q.scales->p, d.global = g;
+    d.rows = rows, d.cols = cols, d.tiles = tiles, d.transpose = transpose;
+    return d;
+  };
+  const auto weight = [&](bool transposed) {
+    if (y.w2d) return at(*y.w2d, y.w2d_global->p, t_.out, t_.in, true, transposed);
+    return transposed ? at(y.w_dual->col, y.w_dual->globals->p + 1, t_.in, t_.out, false, false)
+                      : at(y.w_dual->row, y.w_dual->globals->p, t_.out, t_.in, false, false);
+  };
+  switch (role) {
+    case GemmRole::Fprop: return operand == 0 ? at(y.x->row, y.x->globals->p, M, t_.in, false, false) : weight(false);
+    case GemmRole::Dgrad: return operand == 0 ? at(y.dy->row, y.dy->globals->p, M, t_.out, false, false) : weight(true);
+    case GemmRole::Wgrad:
+      return operand == 0 ? at(y.x->col, y.x->globals->p + 1, t_.in, M, false, false)
+                          : at(y.dy->col, y.dy->globals->p + 1, t_.out, M, false, false);
+  }
+  return {};
+}
+
+}  // namespace fp4d::cuda

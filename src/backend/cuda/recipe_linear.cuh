@@ -1,0 +1,91 @@
+// One linear layer's three GEMMs of a GPU-resident training step under a training recipe
+// (model/recipe_gemm.hpp, operand for operand), shared by the resident workloads (mlp.cu,
+// lm.cu): the quantized (or cast) operands' device buffers, the cuBLASLt plans, and the
+// operands' locations for the tests. .cu files only (CUDA types).
+//
+// For linear layer `layer` (its GemmCall layer: the SR stream) with input X (M x in), weight
+// W (out x in) and output gradient dY (M x out), all float32 on the device:
+//   forward()   quantizes X and W as the recipe's Fprop operands (and X's Wgrad side), then
+//               Y = X W^T;
+//   backward()  quantizes dY (its Dgrad and Wgrad sides), then dW = dY^T X and, when the
+//               layer has a Dgrad output, dX = dY W.
+// How each mode runs (NVFP4: nvfp4-spec.md 6):
+//   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32).
+//   bf16   operands cast to BF16 (RNE) once per step (X, W, dY: a cast commutes with the
+//          transposes), BF16 GEMMs with FP32 accumulation.
+//   nvfp4* X and dY: rowwise + columnwise quantization in one pass (nvfp4_dual: the columnwise
+//          side RHT-16'd for Wgrad when the recipe says so, SR on gradients); W: 16x16 tiles
+//          once per step, whose transpose is Dgrad's operand (2D: the same quantized weight in
+//          both GEMMs), or rowwise + columnwise 1x16 without 2D. Codes and block scales are
+//          decoded to BF16 without the global scale (exact), the GEMM is a BF16 GEMM and
+//          fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
+// The SR seed of the dual quantizations is read from device memory (device_seed), so that a
+// captured CUDA graph replays every step; graph_blocker() names what else would vary.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/lt_gemm.cuh"
+#include "backend/cuda/mlp_operands.hpp"
+#include "quant/nvfp4_math.hpp"
+#include "quant/training_recipe.hpp"
+
+namespace fp4d::cuda {
+
+// The device tensors of one linear layer's step (float32, row-major). dx = nullptr: the layer
+// has no Dgrad (the mlp's first layer).
+struct LinearTensors {
+  std::int64_t M = 0, in = 0, out = 0;
+  const float* x = nullptr;   // M x in
+  const float* w = nullptr;   // out x in
+  const float* dy = nullptr;  // M x out
+  float* y = nullptr;         // M x out
+  float* dx = nullptr;        // M x in
+  float* dw = nullptr;        // out x in
+};
+
+class RecipeLinear {
+ public:
+  enum class Mode { Fp32, Bf16, Nvfp4 };
+  // recipe: the layer's GemmRecipe (bf16 or nvfp4 kinds), nullptr for fp32. device_seed: the
+  // step's SR seed in device memory (read when the quantizers run). lt: the workspace the plans
+  // will run with.
+  RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t, const std::uint64_t* device_seed,
+               const LtContext& lt);
+  ~RecipeLinear();
+  RecipeLinear(const RecipeLinear&) = delete;
+  RecipeLinear& operator=(const RecipeLinear&) = delete;
+
+  void forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
+  void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
+
+  Mode mode() const { return mode_; }
+  const std::string& path() const { return path_; }  // one line: how the GEMMs run
+  // What would make a replayed graph differ from the eager step ("" if nothing).
+  std::string graph_blocker() const;
+  // Where operand (role, operand) of the last step lies, in the NT form RecipeGemm quantizes.
+  DeviceOperand operand_location(GemmRole role, int operand) const;
+
+ private:
+  struct Buffers;
+  int layer_;
+  Mode mode_;
+  GemmRecipe recipe_{};
+  LinearTensors t_;
+  const std::uint64_t* device_seed_;
+  std::string path_;
+  std::unique_ptr<Buffers> b_;
+  std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;
+
+  QuantSpec spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const;
+  void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
+  void plan_cast(LtGemm& f, LtGemm& d, LtGemm& w);
+  void quantize_weight(std::uint64_t seed, cudaStream_t stream);
+};
+
+}  // namespace fp4d::cuda
