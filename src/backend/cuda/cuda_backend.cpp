@@ -2,6 +2,8 @@
 #include "backend/backend.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gemm.hpp"
+#include "backend/cuda/lm.hpp"
+#include "backend/cuda/lm_trainer.hpp"
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_trainer.hpp"
 #include "backend/cuda/quantize.hpp"
@@ -44,10 +46,15 @@ class CudaBackend final : public Backend {
       return make_cpu_trainer(m, o, st);
     };
   }
-  // The host quantizes (quantize_cpu, the CPU run's bits) and the GPU multiplies.
-  LmTrainerFactory lm_trainer_factory(const TrainerOptions&) const override {
+  // Resident on the GPU where the recipe and shapes allow; otherwise the host quantizes
+  // (quantize_cpu, the CPU run's bits) and the GPU multiplies.
+  LmTrainerFactory lm_trainer_factory(const TrainerOptions& opt) const override {
     const QuantizedProduct product = gemm_product({});
-    return [product](const LmSpec& s, const RecipeGemmOptions& o, const LmPrecision& p, const LmState<float>& st) {
+    return [opt, product](const LmSpec& s, const RecipeGemmOptions& o, const LmPrecision& p,
+                          const LmState<float>& st) -> std::unique_ptr<LmTrainer> {
+      const std::string why = cuda::lm_cuda_unsupported(s, o);
+      if (why.empty()) return cuda::make_cuda_lm_trainer(s, o, p, st, opt.cuda_graphs);
+      if (opt.on_host_fallback) opt.on_host_fallback(o.recipe, why);
       RecipeGemmOptions with = o;
       with.product = product;
       return make_cpu_lm_trainer(s, with, p, st);

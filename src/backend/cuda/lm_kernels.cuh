@@ -1,0 +1,433 @@
+// The device side of the resident lm step (lm.cu, .cu files only): the transformer's
+// element-wise and row-wise ops in model/lm_spec.hpp's expressions and order (--fmad=false), the
+// attention products as one batched, strided SIMT GEMM whose every output element sums in
+// ascending order, the loss, clipping and AdamW. Everything a kernel reads that changes from
+// step to step comes from device memory (LmStepParams, the tokens), so one captured CUDA graph
+// replays every step. Internal linkage: the kernels belong to the one translation unit that
+// launches them.
+//
+// What is bit-identical to sim/lm.cpp's float run from equal inputs: the embedding, RMSNorm's
+// rows (its sums run along the row in ascending order, one thread per row), RoPE, the attention
+// products (ascending sums, BF16 operands where the precision policy says), the GQA head sums,
+// the embedding's scatter-add (positions in ascending order per token), clipping's scaling and
+// AdamW. What differs: expf in the softmax, SiLU and the cross-entropy gradient (CUDA's, within
+// 2 ulp of glibc's); the norm gains' gradient (sum over the rows in fixed chunks of
+// kGainChunk rows, the chunks then in ascending order, instead of one ascending sum: a serial
+// sum over every row would leave the GPU idle); the loss and the clipping norm (double, fixed
+// tree instead of ascending order).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/launch_util.cuh"
+#include "format/bf16.hpp"
+#include "model/mlp_math.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+#define FP4D_GRID_STRIDE(i, n)                                                                  \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+// What changes from step to step (copied up before each step, read by the kernels).
+using LmAdam = mlp_math::AdamCoefficients<float>;
+struct LmStepParams {
+  std::uint64_t seed = 0;  // the recipe's SR seed of the step (the dual quantizers read it)
+  LmAdam decay{}, no_decay{};
+};
+
+// The clipping state of a step: the squared norm's partial sums go to `partial`, then these.
+struct ClipState {
+  double norm = 0;
+  float factor = 1;
+  int apply = 0;  // max_grad_norm > 0 and norm > max_grad_norm
+};
+
+// ---- embedding ----
+// h[i] = E[x_i], x_i = tokens[b (S + 1) + t] for row i = b S + t.
+__global__ void embed_kernel(const std::int32_t* __restrict__ tokens, const float* __restrict__ E, float* __restrict__ h,
+                             std::int64_t M, std::int64_t S, std::int64_t d) {
+  FP4D_GRID_STRIDE(e, M * d) {
+    const std::int64_t i = e / d, j = e % d;
+    h[e] = E[static_cast<std::int64_t>(tokens[(i / S) * (S + 1) + i % S]) * d + j];
+  }
+}
+
+// dE[v] += dH[i] for the positions i of token v in ascending order (order: the positions sorted
+// stably by token, start: each token's first entry in order, V + 1 entries).
+__global__ void embed_backward_kernel(const float* __restrict__ dh, const std::int32_t* __restrict__ order,
+                                      const std::int32_t* __restrict__ start, float* __restrict__ dE, std::int64_t V,
+                                      std::int64_t d) {
+  FP4D_GRID_STRIDE(e, V * d) {
+    const std::int64_t v = e / d, j = e % d;
+    float acc = dE[e];
+    for (std::int32_t k = start[v]; k < start[v + 1]; ++k) acc = acc + dh[static_cast<std::int64_t>(order[k]) * d + j];
+    dE[e] = acc;
+  }
+}
+
+// ---- RMSNorm with gain ----
+// One thread per row: ss = sum h^2 ascending, r = 1 / sqrt(ss / d + eps), n = h r, a = n g.
+__global__ void rmsnorm_forward_kernel(const float* __restrict__ h, const float* __restrict__ g, float* __restrict__ n,
+                                       float* __restrict__ rinv, float* __restrict__ a, std::int64_t M, std::int64_t d,
+                                       float eps) {
+  const float dt = static_cast<float>(d);
+  FP4D_GRID_STRIDE(i, M) {
+    const float* hi = h + i * d;
+    float ss = 0.0f;
+    for (std::int64_t j = 0; j < d; ++j) ss = ss + hi[j] * hi[j];
+    const float r = 1.0f / mlp_math::sqrt_of(float(ss / dt + eps));
+    rinv[i] = r;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const float nij = hi[j] * r;
+      n[i * d + j] = nij;
+      a[i * d + j] = nij * g[j];
+    }
+  }
+}
+
+// dh += rinv (dn - n mean), dn = da g, mean = sum_j(dn n) / d (ascending j), one thread per row.
+__global__ void rmsnorm_backward_rows_kernel(const float* __restrict__ da, const float* __restrict__ n,
+                                             const float* __restrict__ rinv, const float* __restrict__ g,
+                                             float* __restrict__ dh, std::int64_t M, std::int64_t d) {
+  const float dt = static_cast<float>(d);
+  FP4D_GRID_STRIDE(i, M) {
+    const float* dai = da + i * d;
+    const float* ni = n + i * d;
+    float dot = 0.0f;
+    for (std::int64_t j = 0; j < d; ++j) dot = dot + (dai[j] * g[j]) * ni[j];
+    const float mean = dot / dt;
+    const float r = rinv[i];
+    float* dhi = dh + i * d;
+    for (std::int64_t j = 0; j < d; ++j) dhi[j] = dhi[j] + r * ((dai[j] * g[j]) - ni[j] * mean);
+  }
+}
+
+// The gain's gradient dg_j = sum_i da_ij n_ij: rows in chunks of kGainChunk, each chunk summed
+// in ascending order (partial[c][j]), then the chunks in ascending order.
+constexpr std::int64_t kGainChunk = 64;
+__global__ void gain_partial_kernel(const float* __restrict__ da, const float* __restrict__ n, float* __restrict__ partial,
+                                    std::int64_t M, std::int64_t d) {
+  const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
+  FP4D_GRID_STRIDE(e, chunks * d) {
+    const std::int64_t c = e / d, j = e % d;
+    const std::int64_t end = c * kGainChunk + kGainChunk < M ? c * kGainChunk + kGainChunk : M;
+    float acc = 0.0f;
+    for (std::int64_t i = c * kGainChunk; i < end; ++i) acc = acc + da[i * d + j] * n[i * d + j];
+    partial[e] = acc;
+  }
+}
+__global__ void gain_sum_kernel(const float* __restrict__ partial, float* __restrict__ dg, std::int64_t chunks,
+                                std::int64_t d) {
+  FP4D_GRID_STRIDE(j, d) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < chunks; ++c) acc = acc + partial[c * d + j];
+    dg[j] = acc;
+  }
+}
+
+// ---- RoPE ----
+// Rotates (or, inverse, rotates back) the pairs (2i, 2i+1) of every head of x (rows x heads hd,
+// row stride ld), position t = row % S; cs: cos and sin tables [S x hd/2] each.
+__global__ void rope_kernel(float* __restrict__ x, std::int64_t ld, std::int64_t rows, std::int64_t heads,
+                            std::int64_t hd, std::int64_t S, const float* __restrict__ cs, const float* __restrict__ sn,
+                            int inverse) {
+  const std::int64_t half = hd / 2;
+  FP4D_GRID_STRIDE(e, rows * heads * half) {
+    const std::int64_t r = e / (heads * half), h = (e / half) % heads, i = e % half;
+    const std::int64_t t = r % S;
+    const float c = cs[t * half + i], s = sn[t * half + i];
+    float* p = x + r * ld + h * hd + 2 * i;
+    const float x0 = p[0], x1 = p[1];
+    if (!inverse) {
+      p[0] = x0 * c - x1 * s;
+      p[1] = x0 * s + x1 * c;
+    } else {
+      p[0] = x0 * c + x1 * s;
+      p[1] = x1 * c - x0 * s;
+    }
+  }
+}
+
+// ---- attention products: C(i, j) = sum_k A(i, k) B(j, k), k ascending, batched over
+// z = b heads + h. Operand element (i, k) of batch (b, h) lies at p + b sb + (h / hdiv) sh + i si +
+// k sk (hdiv: the GQA group for K and V, 1 otherwise); bf16: rounded to BF16 (RNE) as loaded.
+struct SeqOperand {
+  const float* p = nullptr;
+  std::int64_t sb = 0, sh = 0, si = 0, sk = 0;
+  int hdiv = 1;
+  int bf16 = 0;
+};
+struct SeqOut {
+  float* p = nullptr;
+  std::int64_t sb = 0, sh = 0, si = 0, sj = 0;
+};
+// Causality: the summed terms a k-range leaves out are exact zeros (the probabilities and dS
+// above the diagonal are stored as 0), and adding +-0 to a sum that starts at +0 changes no
+// bit, so skipping them or not gives the CPU's ascending sum over u <= t (or t >= u) exactly.
+enum class SeqMask : int {
+  None = 0,
+  Causal = 1,  // C(i, j) needed for j <= i only (tiles wholly above the diagonal skipped)
+  KUpToI = 2,  // terms with k > i are zeros: stop after the tile's last row
+  KFromI = 3   // terms with k < i are zeros: start at the tile's first row
+};
+struct SeqGemm {
+  SeqOperand a, b;
+  SeqOut c;
+  int heads = 1;
+  std::int64_t I = 0, J = 0, K = 0;
+  float scale = 1.0f;
+  int use_scale = 0;  // C = (sum) scale, one rounding after the sum (the CPU's acc * scale)
+  SeqMask mask = SeqMask::None;
+};
+
+constexpr int kSeqBM = 64, kSeqBN = 64, kSeqBK = 16;
+
+__device__ __forceinline__ void seq_load_tile(const SeqOperand& o, const float* base, std::int64_t r0, std::int64_t R,
+                                              std::int64_t k0, std::int64_t k_end, float (*tile)[kSeqBM + 4]) {
+  for (int q = 0; q < 4; ++q) {
+    const int e = static_cast<int>(threadIdx.x) + q * 256;
+    int rr, kk;
+    if (o.sk == 1) rr = e / kSeqBK, kk = e % kSeqBK;  // k contiguous in memory
+    else rr = e % kSeqBM, kk = e / kSeqBM;            // rows contiguous
+    const std::int64_t r = r0 + rr, k = k0 + kk;
+    float v = 0.0f;
+    if (r < R && k < k_end) {
+      v = base[r * o.si + k * o.sk];
+      if (o.bf16) v = bf16_round(v);
+    }
+    tile[kk][rr] = v;
+  }
+}
+
+__global__ void __launch_bounds__(256) seq_gemm_kernel(SeqGemm g) {
+  const int z = static_cast<int>(blockIdx.z);
+  const int bb = z / g.heads, hh = z % g.heads;
+  const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * kSeqBM, j0 = static_cast<std::int64_t>(blockIdx.x) * kSeqBN;
+  if (g.mask == SeqMask::Causal && j0 > i0 + kSeqBM - 1) return;
+  const float* A = g.a.p + bb * g.a.sb + (hh / g.a.hdiv) * g.a.sh;
+  const float* B = g.b.p + bb * g.b.sb + (hh / g.b.hdiv) * g.b.sh;
+  std::int64_t k_begin = 0, k_end = g.K;
+  if (g.mask == SeqMask::KUpToI) k_end = i0 + kSeqBM < g.K ? i0 + kSeqBM : g.K;
+  if (g.mask == SeqMask::KFromI) k_begin = i0 < g.K ? i0 : g.K;
+  __shared__ float As[kSeqBK][kSeqBM + 4];
+  __shared__ float Bs[kSeqBK][kSeqBN + 4];
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+  float acc[4][4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[r][c] = 0.0f;
+  for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kSeqBK) {
+    seq_load_tile(g.a, A, i0, g.I, k0, k_end, As);
+    seq_load_tile(g.b, B, j0, g.J, k0, k_end, Bs);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kSeqBK; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) av[r] = As[kk][ty * 4 + r];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) bv[c] = Bs[kk][tx * 4 + c];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][c] = acc[r][c] + av[r] * bv[c];
+    }
+    __syncthreads();
+  }
+  float* C = g.c.p + bb * g.c.sb + hh * g.c.sh;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+      if (i < g.I && j < g.J) C[i * g.c.si + j * g.c.sj] = g.use_scale ? acc[r][c] * g.scale : acc[r][c];
+    }
+}
+
+// ---- softmax and its backward, one warp per row (z, t) of the S x S probability matrices ----
+// In place: S_tu (u <= t) -> P_tu = exp(S_tu - max) / sum (sum in ascending u, by lane 0, as the
+// CPU's serial loop); P_tu = 0 above the diagonal.
+#define FP4D_WARP_STRIDE(warp, rows)                                                                  \
+  for (std::int64_t warp = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; warp < (rows); \
+       warp += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32)
+
+__global__ void softmax_rows_kernel(float* __restrict__ P, std::int64_t rows, std::int64_t S) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  FP4D_WARP_STRIDE(warp, rows) {
+  const std::int64_t t = warp % S;
+  float* p = P + warp * S;
+  float mx = p[0];
+  for (std::int64_t u = lane; u <= t; u += 32) mx = p[u] > mx ? p[u] : mx;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, mx, o);
+    mx = other > mx ? other : mx;
+  }
+  for (std::int64_t u = lane; u < S; u += 32) p[u] = u <= t ? mlp_math::exp_of(float(p[u] - mx)) : 0.0f;
+  __syncwarp();
+  float sum = 0.0f;
+  if (lane == 0)
+    for (std::int64_t u = 0; u <= t; ++u) sum = sum + p[u];
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  for (std::int64_t u = lane; u <= t; u += 32) p[u] = p[u] / sum;
+  __syncwarp();
+  }
+}
+
+// In place: dP_tu -> dS_tu = (P_tu (dP_tu - D_t)) scale, D_t = sum_{u<=t} P_tu dP_tu (ascending
+// u, lane 0), rounded to BF16 under bf16; 0 above the diagonal.
+__global__ void softmax_backward_rows_kernel(const float* __restrict__ P, float* __restrict__ dP, std::int64_t rows,
+                                             std::int64_t S, float scale, int bf16) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  FP4D_WARP_STRIDE(warp, rows) {
+  const std::int64_t t = warp % S;
+  const float* p = P + warp * S;
+  float* dp = dP + warp * S;
+  float D = 0.0f;
+  if (lane == 0)
+    for (std::int64_t u = 0; u <= t; ++u) D = D + p[u] * dp[u];
+  D = __shfl_sync(0xffffffffu, D, 0);
+  for (std::int64_t u = lane; u < S; u += 32) {
+    float v = 0.0f;
+    if (u <= t) {
+      v = (p[u] * (dp[u] - D)) * scale;
+      if (bf16) v = bf16_round(v);
+    }
+    dp[u] = v;
+  }
+  __syncwarp();
+  }
+}
+
+// GQA: dk (M x kv_heads hd, row stride ld) of kv head g = the per-query-head sums
+// part [b][h][t][j] of its group added in ascending head order (the first assigned).
+__global__ void head_group_sum_kernel(const float* __restrict__ part, float* __restrict__ out, std::int64_t ld,
+                                      std::int64_t B, std::int64_t S, std::int64_t heads, std::int64_t kv_heads,
+                                      std::int64_t hd) {
+  const std::int64_t group = heads / kv_heads;
+  FP4D_GRID_STRIDE(e, B * S * kv_heads * hd) {
+    const std::int64_t j = e % hd, g = (e / hd) % kv_heads, t = (e / (hd * kv_heads)) % S, b = e / (hd * kv_heads * S);
+    float acc = 0.0f;
+    for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const float v = part[((b * heads + h) * S + t) * hd + j];
+      acc = h == g * group ? v : acc + v;
+    }
+    out[(b * S + t) * ld + g * hd + j] = acc;
+  }
+}
+
+// ---- element-wise ----
+__global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, std::int64_t n) {
+  FP4D_GRID_STRIDE(i, n) x[i] = x[i] + y[i];
+}
+
+// F = silu(G) U = (G s(G)) U, [G U] rows of width 2F.
+__global__ void swiglu_forward_kernel(const float* __restrict__ gu, float* __restrict__ f, std::int64_t M, std::int64_t F) {
+  FP4D_GRID_STRIDE(e, M * F) {
+    const std::int64_t i = e / F, j = e % F;
+    const float g = gu[i * 2 * F + j], u = gu[i * 2 * F + F + j];
+    f[e] = (g * mlp_math::sigmoid(g)) * u;
+  }
+}
+// dG = (dF U) silu'(G), silu' = s (1 + G (1 - s)); dU = dF (G s).
+__global__ void swiglu_backward_kernel(const float* __restrict__ gu, const float* __restrict__ df,
+                                       float* __restrict__ dgu, std::int64_t M, std::int64_t F) {
+  FP4D_GRID_STRIDE(e, M * F) {
+    const std::int64_t i = e / F, j = e % F;
+    const std::int64_t gi = i * 2 * F + j, ui = gi + F;
+    const float gg = gu[gi], u = gu[ui], dd = df[e];
+    const float sg = mlp_math::sigmoid(gg);
+    dgu[gi] = (dd * u) * (sg * (1.0f + gg * (1.0f - sg)));
+    dgu[ui] = dd * (gg * sg);
+  }
+}
+
+// ---- loss ----
+// One thread per position: the loss term in double from the float logits (max, sum of exp in
+// ascending order, log), then in place dlogits = (softmax - onehot) / M in float32 as the CPU's
+// row loop. Per-block partial sums of the loss terms (fixed tree).
+__global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int32_t* __restrict__ tokens,
+                                     std::int64_t M, std::int64_t S, std::int64_t V, double* __restrict__ partial) {
+  double acc = 0.0;
+  const float Mt = static_cast<float>(M);
+  FP4D_GRID_STRIDE(i, M) {
+    float* li = logits + i * V;
+    const std::int64_t y = tokens[(i / S) * (S + 1) + i % S + 1];
+    double mx = li[0];
+    for (std::int64_t j = 1; j < V; ++j) mx = fmax(mx, static_cast<double>(li[j]));
+    double se = 0.0;
+    for (std::int64_t j = 0; j < V; ++j) se += exp(static_cast<double>(li[j]) - mx);
+    acc += (mx + log(se)) - static_cast<double>(li[y]);
+    float m = li[0];
+    for (std::int64_t j = 1; j < V; ++j) m = fmaxf(m, li[j]);
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < V; ++j) {
+      li[j] = mlp_math::exp_of(float(li[j] - m));
+      sum = sum + li[j];
+    }
+    for (std::int64_t j = 0; j < V; ++j) li[j] = (li[j] / sum - (j == y ? 1.0f : 0.0f)) / Mt;
+  }
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// out[0] = sum of n partials (one block, fixed tree).
+__global__ void sum_partials_kernel(const double* __restrict__ partial, int n, double* __restrict__ out) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) *out = s;
+}
+
+// ---- clipping and AdamW ----
+// Partial sums of g^2 in double over the flat gradient (every parameter, padding zeros).
+__global__ void sum_squares_kernel(const float* __restrict__ g, std::int64_t n, double* __restrict__ partial) {
+  double acc = 0.0;
+  FP4D_GRID_STRIDE(i, n) {
+    const double v = g[i];
+    acc += v * v;
+  }
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// norm = sqrt(sum), factor = float(max_norm / norm) where clipping applies (sim/lm.cpp's rule).
+__global__ void clip_kernel(const double* __restrict__ partial, int n, double max_norm, ClipState* __restrict__ clip) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  const double s = block_sum(acc);
+  if (threadIdx.x == 0) {
+    const double norm = sqrt(s);
+    clip->norm = norm;
+    clip->apply = max_norm > 0.0 && norm > max_norm;
+    clip->factor = clip->apply ? static_cast<float>(max_norm / norm) : 1.0f;
+  }
+}
+
+// AdamW on one parameter, its gradient clipped first (g f in float32), lost updates counted.
+__global__ void lm_adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
+                                const float* __restrict__ g, std::int64_t n, const LmStepParams* __restrict__ p,
+                                int decay, const ClipState* __restrict__ clip, unsigned long long* __restrict__ lost) {
+  const LmAdam a = decay ? p->decay : p->no_decay;
+  const int apply = clip->apply;
+  const float f = clip->factor;
+  unsigned long long count = 0;
+  FP4D_GRID_STRIDE(i, n) {
+    const float gi = apply ? g[i] * f : g[i];
+    count += mlp_math::adamw_update(w[i], m1[i], m2[i], gi, a) ? 1 : 0;
+  }
+  if (count) atomicAdd(lost, count);
+}
+
+#undef FP4D_GRID_STRIDE
+#undef FP4D_WARP_STRIDE
+
+}  // namespace
+
+}  // namespace fp4d::cuda
