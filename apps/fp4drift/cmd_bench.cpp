@@ -63,7 +63,7 @@ struct BenchArgs {
   std::int64_t gemm_size = 8192;                    // gemm-cuda: M = N = K
   std::int64_t mlp_width = 512, mlp_batch = 512;    // mlp-ref (mlp-cuda: 4096, 4096)
   std::string mlp_config = "data/configs/mlp-quick.toml";  // mlp-cuda: the quick model
-  std::int64_t mlp_steps = 2000;                    // mlp-cuda: timed steps of the quick model
+  std::int64_t mlp_steps = 2000;                    // mlp-cuda: timed steps of the quick model (lm-cuda: 20)
   bool width_set = false, batch_set = false;
   bool json = false;
 };
@@ -211,7 +211,7 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--width", {"mlp-ref", "mlp-cuda"}},
       {"--batch", {"mlp-ref", "mlp-cuda"}},
       {"--config", {"mlp-cuda"}},
-      {"--steps", {"mlp-cuda"}},
+      {"--steps", {"mlp-cuda", "lm-cuda"}},
       {"--sizes", {"gemm-ref"}},
       {"--rows", {"quantize-cuda", "quantize-dual-cuda"}},
       {"--cols", {"quantize-cuda", "quantize-dual-cuda"}},
@@ -222,9 +222,9 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--cases", {"quantize"}},
   };
   static const std::vector<std::string> known = {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda",
-                                                 "gemm-cuda", "mlp-ref", "mlp-cuda"};
+                                                 "gemm-cuda", "mlp-ref", "mlp-cuda", "lm-cuda"};
   if (std::find(known.begin(), known.end(), a.what) == known.end())
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-cuda)");
   for (const auto& [option, benchmarks] : owners) {
     if (!given(option) || std::find(benchmarks.begin(), benchmarks.end(), a.what) != benchmarks.end()) continue;
     std::string list;
@@ -252,10 +252,12 @@ int run_bench(const BenchArgs& a, const Given& given) {
       return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096,
                                 a.mlp_steps, a.json);
     });
+  if (a.what == "lm-cuda")
+    return cuda_bench([&] { return run_bench_lm_cuda(given("--steps") ? a.mlp_steps : 20, a.json); });
   if (a.what == "quantize-dual-cuda")
     return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json); });
   if (a.what != "quantize")
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -355,14 +357,14 @@ int run_bench(const BenchArgs& a, const Given& given) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref | mlp-cuda")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref | mlp-cuda | lm-cuda")->capture_default_str();
   app.add_option("--gemm-size", a->gemm_size, "gemm-cuda: M = N = K")->capture_default_str();
   app.add_option("--width", a->mlp_width, "mlp-ref, mlp-cuda: layer width (mlp-cuda default 4096)")->capture_default_str()
       ->each([a](const std::string&) { a->width_set = true; });
   app.add_option("--batch", a->mlp_batch, "mlp-ref, mlp-cuda: batch (mlp-cuda default 4096)")->capture_default_str()
       ->each([a](const std::string&) { a->batch_set = true; });
   app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config")->capture_default_str();
-  app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10)")
+  app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10); lm-cuda: timed steps per recipe (default 20)")
       ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
   app.add_option("--rows", a->cuda_rows, "quantize-cuda: rows")->capture_default_str();

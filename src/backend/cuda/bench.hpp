@@ -1,8 +1,8 @@
 // The CUDA benchmarks (`fp4drift bench quantize-cuda | quantize-dual-cuda | gemm-cuda |
-// mlp-cuda`): their results and entry points. Plain C++ header (no CUDA types).
+// mlp-cuda | lm-cuda`): their results and entry points. Plain C++ header (no CUDA types).
 //
 // Implemented above the kernels' public APIs, one file per benchmark (bench_quantize.cu,
-// bench_dual.cu, bench_gemm.cu, bench_mlp.cpp); a build without CUDA links
+// bench_dual.cu, bench_gemm.cu, bench_mlp.cpp, bench_lm.cpp); a build without CUDA links
 // backend/no_cuda/bench.cpp instead, whose entries throw BackendUnavailable
 // (backend/backend.hpp), so the commands need no #if. Every entry first checks for a usable
 // device: std::runtime_error "no usable CUDA device: <why>" otherwise. Kernel timings are the
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/lm_spec.hpp"
 #include "model/mlp_spec.hpp"
 #include "quant/training_recipe.hpp"
 
@@ -84,5 +85,20 @@ struct MlpCudaBench {
 // host every step. graphs: MlpCudaTrainer::set_cuda_graphs.
 MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps,
                             bool graphs = true);
+
+// ---- bench lm-cuda ----
+struct LmCudaBench {
+  std::string recipe;
+  std::string launch_mode;  // LmCudaTrainer::launch_mode
+  std::int64_t parameters = 0;
+  std::int64_t steps = 0;
+  double step_s = 0;  // mean seconds per step (steady state)
+  // FLOPs of one step counted as 2 M N K per product: the linear layers' three GEMMs, and the
+  // attention products (QK^T, PV and their four backward products, causal: half of S^2).
+  double linear_flops = 0, attention_flops = 0;
+};
+// Times `steps` steps (after `warmup`) of the resident lm trainer (lm.hpp) on tokens uploaded
+// once, by the host's steady clock, each step's statistics coming back to the host.
+LmCudaBench lm_cuda_bench(const LmSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps);
 
 }  // namespace fp4d::cuda

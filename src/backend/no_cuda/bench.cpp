@@ -21,4 +21,8 @@ MlpCudaBench mlp_cuda_bench(const MlpSpec&, const RecipeGemmOptions&, std::int64
   throw_built_without_cuda("bench mlp-cuda");
 }
 
+LmCudaBench lm_cuda_bench(const LmSpec&, const RecipeGemmOptions&, std::int64_t, std::int64_t) {
+  throw_built_without_cuda("bench lm-cuda");
+}
+
 }  // namespace fp4d::cuda
