@@ -35,7 +35,10 @@ namespace {
     std::string key = section + "." + field;
     if (field == "optimizer.total_steps") key = "lm.steps";
     if (field == "vocab") key = "lm.vocab";  // the token source's vocab is the model's
-    if (cfg.has(key) && sp != std::string::npos) cfg.require(false, key, msg.substr(sp + 1) + with_steps);
+    if (sp != std::string::npos) {
+      if (cfg.has(key)) cfg.require(false, key, msg.substr(sp + 1) + with_steps);
+      throw ConfigError(cfg.source() + ": '" + key + "' (not set: its default) " + msg.substr(sp + 1) + with_steps);
+    }
   }
   throw ConfigError(cfg.source() + ": " + msg + with_steps);
 }
@@ -115,7 +118,8 @@ void parse_data(Config& cfg, LmRunSpec& r) {
     d.vocab = r.model.vocab;
     d.order = static_cast<int>(cfg.get_int("data.order", d.order));
     d.zipf_alpha = cfg.get_double("data.zipf_alpha", d.zipf_alpha);
-    d.zipf_support = cfg.get_int("data.zipf_support", d.zipf_support);
+    // The default support fits any vocab (a small test vocab has fewer than 64 Markov ids).
+    d.zipf_support = cfg.get_int("data.zipf_support", std::min<std::int64_t>(d.zipf_support, d.vocab - 1));
     d.copy_prob = cfg.get_double("data.copy_prob", d.copy_prob);
     d.copy_length = cfg.get_int("data.copy_length", d.copy_length);
     d.seed = static_cast<std::uint64_t>(seed);

@@ -10,7 +10,8 @@
 //   [lm.optimizer]  AdamW and schedule (LmOptimizer's fields; total_steps is `steps`)
 //   [data]          source = "synthetic" (sim/token_source.hpp: order, zipf_alpha,
 //                   zipf_support, copy_prob, copy_length, seed; vocab is lm.vocab) or a token
-//                   file "tokens.h5:/train" (trace/token_file.hpp; seed picks the windows)
+//                   file "tokens.h5:/train" (trace/token_file.hpp; seed picks the windows);
+//                   zipf_support defaults to min(64, vocab - 1)
 //   [recipes]       names = ["nvfp4", "bf16"]; high_precision_layers = [0, 7] (blocks kept in
 //                   edge_recipe, default bf16; the LM head always is, as the paper keeps it);
 //                   switch_to_bf16_at = 0.9 (fraction of the steps after which every run

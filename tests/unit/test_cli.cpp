@@ -67,6 +67,8 @@ void write_tensor(const std::string& path, const std::vector<float>& v, const fp
 void require_no_output(const std::string& out) {
   CHECK_FALSE(fs::exists(out));
   CHECK_FALSE(fs::exists(out + ".partial"));
+  CHECK_FALSE(fs::exists(out + ".ckpt"));  // a long run's checkpoint and journal
+  CHECK_FALSE(fs::exists(out + ".rows"));
 }
 
 }  // namespace
@@ -479,6 +481,48 @@ TEST_CASE("run mlp: output rules and config errors") {
     INFO(text);
     const Result r = run("run " + write_text(d, "bad.toml", text) + " --out " + other);
     CHECK(r.status == 2);
+    CHECK(r.err.find(want) != std::string::npos);
+    require_no_output(other);
+  }
+}
+
+TEST_CASE("run lm: a complete trace; bad configs and token files are one line, exit 2, no trace") {
+  TempDir d;
+  const std::string head = "workload = \"lm\"\n[lm]\nsteps = 6\nvocab = 16\nd_model = 32\nheads = 2\nffn = 32\n"
+                           "seq_len = 16\nbatch = 2\n";
+  const std::string cfg = write_text(d, "lm.toml", head + "[data]\nzipf_support = 4\n"), out = d.file("lm.h5");
+  const Result ok = run("run " + cfg + " --out " + out + " --json");
+  REQUIRE(ok.status == 0);
+  const auto j = nlohmann::json::parse(ok.out);
+  CHECK(j["workload"] == "lm");
+  CHECK(j["runs"].size() == 2);
+  CHECK(run("run " + cfg + " --out " + out).err.find("exists: use --resume") != std::string::npos);
+  // A token file with an id >= vocab at position 7, and one of floats.
+  {
+    std::vector<std::uint16_t> ids(200, 3);
+    ids[7] = 16;
+    fp4d::h5::File f = fp4d::h5::File::create(d.file("bad_ids.h5"));
+    f.root().write("train", ids, fp4d::h5::Dims{ids.size()});
+    fp4d::h5::File g = fp4d::h5::File::create(d.file("floats.h5"));
+    g.root().write("train", std::vector<float>(200, 1.0f), fp4d::h5::Dims{200});
+  }
+  const std::string other = d.file("o.h5");
+  const std::pair<std::string, std::string> cases[] = {
+      {"workload = \"lm\"\n[lm]\npattern = \"AFM\"\n", "'lm.pattern'"},
+      {"workload = \"lm\"\n[lm]\nd_model = 64\nheads = 3\n", "'lm.heads'"},
+      {head + "[recipes]\nnames = [\"mxfp4\"]\n", "blocks of 32"},
+      {"workload = \"lm\"\n[lm]\nseq_len = 15\nbatch = 1\n", "does not tile"},
+      {head + "[data]\nsource = \"" + d.file("bad_ids.h5") + "\"\n", "'data.source'"},
+      {head + "[data]\nsource = \"" + d.file("floats.h5") + "\"\n", "'data.source'"},
+      {head + "[data]\nsource = \"" + d.file("missing.h5") + "\"\n", "'data.source'"},
+      {head + "[lm.optimizer]\nschedule = \"linear\"\n", "lm.optimizer.schedule"},
+      {head + "dropout = 0.1\n", "unknown config key 'lm.dropout'"},
+  };
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    const Result r = run("run " + write_text(d, "bad.toml", text) + " --out " + other);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
     CHECK(r.err.find(want) != std::string::npos);
     require_no_output(other);
   }
