@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backend/backend.hpp"
+#include "sim/lm_run.hpp"
 #include "sim/mlp_run.hpp"
 #include "sim/sum_dot_run.hpp"
 #include "sweep/toml_text.hpp"
@@ -72,8 +73,9 @@ std::string validate_run_config(const std::string& text, const std::string& sour
   Config cfg = Config::parse(text, source);
   const std::string workload = cfg.get_string("workload");
   if (workload == "mlp") parse_mlp_run(cfg);
+  else if (workload == "lm") parse_lm_run(cfg);
   else if (workload == "sum" || workload == "dot") parse_sum_dot_run(cfg, workload);
-  else cfg.require(false, "workload", "must be sum, dot or mlp");
+  else cfg.require(false, "workload", "must be sum, dot, mlp or lm");
   cfg.finish();
   return workload;
 }

@@ -64,7 +64,7 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
     for (const RecipeMetrics& m : metrics[i].recipes)
       x.recipes.push_back(SweepIndexRecipe{static_cast<std::int64_t>(i), s.runs[i].id, m.recipe, m.final_loss,
                                            m.final_rel_loss_gap, m.final_weight_rel_error, m.growth_exponent,
-                                           m.first_nonfinite_step});
+                                           m.first_nonfinite_step, m.tail_loss, m.tail_rel_loss_gap});
   }
   write_sweep_index((std::filesystem::path(outdir) / "sweep.h5").string(), x);
 }

@@ -12,6 +12,7 @@
 
 #include "sweep/toml_text.hpp"
 #include "trace/h5.hpp"
+#include "trace/lm_trace.hpp"
 #include "trace/mlp_trace.hpp"
 #include "trace/sum_dot_trace.hpp"
 #include "util/config.hpp"
@@ -143,6 +144,26 @@ RunMetrics read_metrics(const std::string& trace) {
       if (!err.empty()) r.final_weight_rel_error = err.back();  // the last layer at the last compare
       r.growth_exponent = g.get_attr_double(ml::kGrowthExponentAttr);
       r.first_nonfinite_step = g.get_attr_int64(ml::kFirstNonfiniteStepAttr);
+      m.recipes.push_back(r);
+    }
+  }
+  if (root.is_group(lm_trace::kGroup)) {
+    namespace lt = lm_trace;
+    m.reference_final_loss = root.read<double>(lt::kReferenceLoss).back();
+    std::stringstream ss(root.open_group(lt::kGroup).get_attr_string(lt::kRecipesAttr));
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      h5::Group g = root.open_group(std::string(lt::kRunsGroup) + "/" + name);
+      RecipeMetrics r;
+      r.recipe = name;
+      r.final_loss = g.read<double>(lt::kLoss).back();
+      r.final_rel_loss_gap = g.read<double>(lt::kRelLossGap).back();
+      const std::vector<double> err = g.read<double>(lt::kWeightRelErrorTotal);
+      if (!err.empty()) r.final_weight_rel_error = err.back();  // every parameter, at the last compare
+      r.growth_exponent = g.get_attr_double(lt::kGrowthExponentAttr);
+      r.first_nonfinite_step = g.get_attr_int64(lt::kFirstNonfiniteStepAttr);
+      r.tail_loss = g.get_attr_double(lt::kTailLossAttr);
+      r.tail_rel_loss_gap = g.get_attr_double(lt::kTailRelLossGapAttr);
       m.recipes.push_back(r);
     }
   }

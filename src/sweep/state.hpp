@@ -53,11 +53,12 @@ struct RecipeMetrics {
   std::string recipe;
   double final_loss = NAN, final_rel_loss_gap = NAN, final_weight_rel_error = NAN, growth_exponent = NAN;
   long long first_nonfinite_step = -1;
+  double tail_loss = NAN, tail_rel_loss_gap = NAN;  // lm: means of the last tenth of the records
 };
 struct RunMetrics {
-  double reference_final_loss = NAN;           // mlp
+  double reference_final_loss = NAN;           // mlp, lm
   double final_rms_error = NAN, final_mean_error = NAN, final_exact = NAN;  // sum / dot, at the last n
-  std::vector<RecipeMetrics> recipes;          // mlp
+  std::vector<RecipeMetrics> recipes;          // mlp, lm
 };
 RunMetrics read_metrics(const std::string& trace);  // h5::Error if unreadable
 

@@ -105,6 +105,8 @@ void write_summary_recipes(h5::Group rec, const std::vector<SweepIndexRecipe>& m
   rec.write("final_weight_rel_error", column(m, [](const SweepIndexRecipe& v) { return v.final_weight_rel_error; }));
   rec.write("growth_exponent", column(m, [](const SweepIndexRecipe& v) { return v.growth_exponent; }));
   rec.write("first_nonfinite_step", column(m, [](const SweepIndexRecipe& v) { return v.first_nonfinite_step; }));
+  rec.write("tail_loss", column(m, [](const SweepIndexRecipe& v) { return v.tail_loss; }));
+  rec.write("tail_rel_loss_gap", column(m, [](const SweepIndexRecipe& v) { return v.tail_rel_loss_gap; }));
 }
 
 }  // namespace

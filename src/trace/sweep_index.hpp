@@ -27,6 +27,7 @@ struct SweepIndexRecipe {  // a row of /summary_recipes
   std::string id, recipe;
   double final_loss = 0, final_rel_loss_gap = 0, final_weight_rel_error = 0, growth_exponent = 0;
   std::int64_t first_nonfinite_step = -1;
+  double tail_loss = 0, tail_rel_loss_gap = 0;  // lm; NaN otherwise
 };
 
 struct SweepIndex {
