@@ -179,8 +179,14 @@ Tolerance tolerance_for(const std::string& recipe) {
 }
 
 TEST_CASE("gpu lm: each of 20 steps agrees with the CPU step from the same state", "[gpu][lm]") {
-  const LmSpec s = small_model();
-  for (const std::string name : {"fp32", "bf16", "nvfp4"}) {
+  struct Case {
+    std::string name;
+    bool mha;  // kv_heads = heads (dK, dV written directly), separate q, k, v, tied embeddings
+  };
+  for (const auto& [name, mha] : {Case{"fp32", false}, Case{"bf16", false}, Case{"nvfp4", false}, Case{"bf16", true}}) {
+    LmSpec s = small_model();
+    if (mha) s.kv_heads = s.heads, s.fused_qkv = false, s.tied_embeddings = true;
+    INFO("kv_heads " << s.kv_heads << ", fused_qkv " << s.fused_qkv << ", tied " << s.tied_embeddings);
     const RecipeGemmOptions opt = recipe(name);
     const LmPrecision prec{name != "fp32"};
     const Tolerance tol = tolerance_for(name);

@@ -62,6 +62,10 @@ std::string lm_cuda_unsupported(const LmSpec& spec, const RecipeGemmOptions& opt
   }
   const std::int64_t S = spec.seq_len, z = spec.batch * spec.heads;
   if (z > 65535) return "batch * heads = " + std::to_string(z) + " exceeds the attention kernels' grid (65535)";
+  // The row kernels keep kRowWarps rows of max(seq_len, d_model) floats in shared memory.
+  if (kRowWarps * std::max(S, spec.d_model) * 4 > 227 * 1024)
+    return "seq_len and d_model must be at most " + std::to_string(227 * 1024 / (4 * kRowWarps)) +
+           " (the row kernels' shared memory)";
   if (spec.batch * spec.seq_len > (std::int64_t{1} << 31) - 1 || S * S * z > (std::int64_t{1} << 40))
     return "the model's activations are too large for the resident step";
   return "";
@@ -127,6 +131,10 @@ struct LmCudaTrainer::Impl {
     allocate_step_buffers();
     build_blocks();
     build_linears();
+    row_launch_config(reinterpret_cast<const void*>(&rmsnorm_forward_kernel), d);
+    row_launch_config(reinterpret_cast<const void*>(&rmsnorm_backward_rows_kernel), d);
+    row_launch_config(reinterpret_cast<const void*>(&softmax_rows_kernel), S);
+    row_launch_config(reinterpret_cast<const void*>(&softmax_backward_rows_kernel), S);
     for (const auto& l : linear) {
       graph_blocker = l->graph_blocker();
       if (!graph_blocker.empty()) break;
@@ -274,18 +282,26 @@ struct LmCudaTrainer::Impl {
 
   // ---- the step's pieces ----
 
-  // One thread per row in small blocks: the rows are few (batch x seq), spread them over the SMs.
-  static constexpr int kRowThreads = 64;
-  unsigned row_blocks() const { return static_cast<unsigned>(std::min<std::int64_t>((M + kRowThreads - 1) / kRowThreads, 65535)); }
+  // The row kernels: kRowWarps rows per block, each warp a row of n terms in shared memory.
+  void row_launch_config(const void* kernel, std::int64_t n) const {
+    const auto bytes = static_cast<int>(kRowWarps * n * static_cast<std::int64_t>(sizeof(float)));
+    if (bytes > 48 * 1024)
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+            "cudaFuncSetAttribute (row kernel shared memory)");
+  }
+  static unsigned row_grid(std::int64_t rows) {
+    return static_cast<unsigned>(std::min<std::int64_t>((rows + kRowWarps - 1) / kRowWarps, 65535));
+  }
+  static std::size_t row_smem(std::int64_t n) { return static_cast<std::size_t>(kRowWarps * n) * sizeof(float); }
 
   void rmsnorm_forward(const float* g, float* n, float* rinv, float* a) {
-    rmsnorm_forward_kernel<<<row_blocks(), kRowThreads, 0, stream>>>(h->p, g, n, rinv, a, M, d, static_cast<float>(spec.norm_eps));
+    rmsnorm_forward_kernel<<<row_grid(M), kRowWarps * 32, row_smem(d), stream>>>(h->p, g, n, rinv, a, M, d, static_cast<float>(spec.norm_eps));
     launch_check("rmsnorm_forward_kernel launch");
   }
 
   // dh += the gradient through the norm of da (in `da`); dg = the gain's gradient.
   void rmsnorm_backward(const float* n, const float* rinv, const float* g, float* dg) {
-    rmsnorm_backward_rows_kernel<<<row_blocks(), kRowThreads, 0, stream>>>(da->p, n, rinv, g, dh->p, M, d);
+    rmsnorm_backward_rows_kernel<<<row_grid(M), kRowWarps * 32, row_smem(d), stream>>>(da->p, n, rinv, g, dh->p, M, d);
     launch_check("rmsnorm_backward_rows_kernel launch");
     const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
     gain_partial_kernel<<<blocks_for(chunks * d), kThreads, 0, stream>>>(da->p, n, gain_partial->p, M, d);
@@ -354,7 +370,7 @@ struct LmCudaTrainer::Impl {
     s.heads = static_cast<int>(H), s.I = S, s.J = S, s.K = hd, s.scale = scale, s.use_scale = 1, s.mask = SeqMask::Causal;
     seq_gemm(s);
     const std::int64_t rows = spec.batch * H * S;
-    softmax_rows_kernel<<<blocks_for(rows * 32), kThreads, 0, stream>>>(k.P->p, rows, S);
+    softmax_rows_kernel<<<row_grid(rows), kRowWarps * 32, row_smem(S), stream>>>(k.P->p, rows, S);
     launch_check("softmax_rows_kernel launch");
     SeqGemm o;
     o.a = probs_view(k.P->p, false, true);
@@ -374,7 +390,7 @@ struct LmCudaTrainer::Impl {
     p.heads = static_cast<int>(H), p.I = S, p.J = S, p.K = hd, p.mask = SeqMask::Causal;
     seq_gemm(p);
     const std::int64_t rows = spec.batch * H * S;
-    softmax_backward_rows_kernel<<<blocks_for(rows * 32), kThreads, 0, stream>>>(k.P->p, dP->p, rows, S, scale,
+    softmax_backward_rows_kernel<<<row_grid(rows), kRowWarps * 32, row_smem(S), stream>>>(k.P->p, dP->p, rows, S, scale,
                                                                                 prec.bf16_attention ? 1 : 0);
     launch_check("softmax_backward_rows_kernel launch");
     SeqGemm q;  // dq_t = sum_u dS_tu k_u
@@ -383,23 +399,28 @@ struct LmCudaTrainer::Impl {
     q.c = heads_out(dx.q, dx.qld);
     q.heads = static_cast<int>(H), q.I = S, q.J = hd, q.K = S, q.mask = SeqMask::KUpToI;
     seq_gemm(q);
+    // Without GQA a kv head's sum is its one query head's: dk and dv go straight to their
+    // place; with GQA the per-head sums are added in ascending head order after.
+    const bool grouped = H != KV;
     SeqGemm kk;  // per query head: dk_u = sum_t dS_tu q_t
     kk.a = probs_view(dP->p, true, false);
     kk.b = heads_view(x.q, x.qld, false, false);
-    kk.c = per_head_out(dkh->p);
+    kk.c = grouped ? per_head_out(dkh->p) : heads_out(dx.k, dx.kld);
     kk.heads = static_cast<int>(H), kk.I = S, kk.J = hd, kk.K = S, kk.mask = SeqMask::KFromI;
     seq_gemm(kk);
     SeqGemm vv;  // per query head: dv_u = sum_t P_tu dO_t (P rounded under bf16)
     vv.a = probs_view(k.P->p, true, true);
     vv.b = heads_view(dO->p, qd, false, false);
-    vv.c = per_head_out(dvh->p);
+    vv.c = grouped ? per_head_out(dvh->p) : heads_out(dx.v, dx.vld);
     vv.heads = static_cast<int>(H), vv.I = S, vv.J = hd, vv.K = S, vv.mask = SeqMask::KFromI;
     seq_gemm(vv);
     const std::int64_t n = spec.batch * S * KV * hd;
-    head_group_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dkh->p, dx.k, dx.kld, spec.batch, S, H, KV, hd);
-    launch_check("head_group_sum_kernel launch");
-    head_group_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dvh->p, dx.v, dx.vld, spec.batch, S, H, KV, hd);
-    launch_check("head_group_sum_kernel launch");
+    if (grouped) {
+      head_group_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dkh->p, dx.k, dx.kld, spec.batch, S, H, KV, hd);
+      launch_check("head_group_sum_kernel launch");
+      head_group_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dvh->p, dx.v, dx.vld, spec.batch, S, H, KV, hd);
+      launch_check("head_group_sum_kernel launch");
+    }
     rope(dx.q, dx.qld, H, true);
     rope(dx.k, dx.kld, KV, true);
   }

@@ -7,7 +7,7 @@
 // launches them.
 //
 // What is bit-identical to sim/lm.cpp's float run from equal inputs: the embedding, RMSNorm's
-// rows (its sums run along the row in ascending order, one thread per row), RoPE, the attention
+// rows (their sums run along the row in ascending order), RoPE, the attention
 // products (ascending sums, BF16 operands where the precision policy says), the GQA head sums,
 // the embedding's scatter-add (positions in ascending order per token), clipping's scaling and
 // AdamW. What differs: expf in the softmax, SiLU and the cross-entropy gradient (CUDA's, within
@@ -71,40 +71,67 @@ __global__ void embed_backward_kernel(const float* __restrict__ dh, const std::i
   }
 }
 
+// ---- row-wise serial sums ----
+// A row op whose sum must run in ascending order (the CPU's loop): one warp per row, the terms
+// (each one rounded product, as the CPU forms it) written by all lanes into the warp's slice of
+// shared memory, then summed by lane 0 in ascending order and broadcast. The serial part reads
+// shared memory rather than global memory, and the warps of an SM overlap their serial sums.
+constexpr int kRowWarps = 4;  // warps (rows in flight) per block; dynamic smem kRowWarps * n floats
+
+#define FP4D_WARP_STRIDE(warp, rows)                                                                  \
+  for (std::int64_t warp = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; warp < (rows); \
+       warp += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32)
+
+__device__ __forceinline__ float lane0_serial_sum(const float* e, std::int64_t n) {
+  float sum = 0.0f;
+  if (threadIdx.x % 32 == 0)
+    for (std::int64_t u = 0; u < n; ++u) sum = sum + e[u];
+  return __shfl_sync(0xffffffffu, sum, 0);
+}
+
 // ---- RMSNorm with gain ----
-// One thread per row: ss = sum h^2 ascending, r = 1 / sqrt(ss / d + eps), n = h r, a = n g.
+// ss = sum h^2 ascending, r = 1 / sqrt(ss / d + eps), n = h r, a = n g.
 __global__ void rmsnorm_forward_kernel(const float* __restrict__ h, const float* __restrict__ g, float* __restrict__ n,
                                        float* __restrict__ rinv, float* __restrict__ a, std::int64_t M, std::int64_t d,
                                        float eps) {
+  extern __shared__ float lm_row_terms[];
+  float* e = lm_row_terms + (threadIdx.x / 32) * d;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const float dt = static_cast<float>(d);
-  FP4D_GRID_STRIDE(i, M) {
+  FP4D_WARP_STRIDE(i, M) {
     const float* hi = h + i * d;
-    float ss = 0.0f;
-    for (std::int64_t j = 0; j < d; ++j) ss = ss + hi[j] * hi[j];
+    for (std::int64_t j = lane; j < d; j += 32) e[j] = hi[j] * hi[j];
+    __syncwarp();
+    const float ss = lane0_serial_sum(e, d);
     const float r = 1.0f / mlp_math::sqrt_of(float(ss / dt + eps));
-    rinv[i] = r;
-    for (std::int64_t j = 0; j < d; ++j) {
+    if (lane == 0) rinv[i] = r;
+    for (std::int64_t j = lane; j < d; j += 32) {
       const float nij = hi[j] * r;
       n[i * d + j] = nij;
       a[i * d + j] = nij * g[j];
     }
+    __syncwarp();
   }
 }
 
-// dh += rinv (dn - n mean), dn = da g, mean = sum_j(dn n) / d (ascending j), one thread per row.
+// dh += rinv (dn - n mean), dn = da g, mean = sum_j(dn n) / d (ascending j).
 __global__ void rmsnorm_backward_rows_kernel(const float* __restrict__ da, const float* __restrict__ n,
                                              const float* __restrict__ rinv, const float* __restrict__ g,
                                              float* __restrict__ dh, std::int64_t M, std::int64_t d) {
+  extern __shared__ float lm_row_terms[];
+  float* e = lm_row_terms + (threadIdx.x / 32) * d;
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const float dt = static_cast<float>(d);
-  FP4D_GRID_STRIDE(i, M) {
+  FP4D_WARP_STRIDE(i, M) {
     const float* dai = da + i * d;
     const float* ni = n + i * d;
-    float dot = 0.0f;
-    for (std::int64_t j = 0; j < d; ++j) dot = dot + (dai[j] * g[j]) * ni[j];
-    const float mean = dot / dt;
+    for (std::int64_t j = lane; j < d; j += 32) e[j] = (dai[j] * g[j]) * ni[j];
+    __syncwarp();
+    const float mean = lane0_serial_sum(e, d) / dt;
     const float r = rinv[i];
     float* dhi = dh + i * d;
-    for (std::int64_t j = 0; j < d; ++j) dhi[j] = dhi[j] + r * ((dai[j] * g[j]) - ni[j] * mean);
+    for (std::int64_t j = lane; j < d; j += 32) dhi[j] = dhi[j] + r * ((dai[j] * g[j]) - ni[j] * mean);
+    __syncwarp();
   }
 }
 
@@ -186,26 +213,50 @@ struct SeqGemm {
   SeqMask mask = SeqMask::None;
 };
 
-constexpr int kSeqBM = 64, kSeqBN = 64, kSeqBK = 16;
+constexpr int kSeqBM = 128, kSeqBN = 64, kSeqBK = 16;
 
-__device__ __forceinline__ void seq_load_tile(const SeqOperand& o, const float* base, std::int64_t r0, std::int64_t R,
-                                              std::int64_t k0, std::int64_t k_end, float (*tile)[kSeqBM + 4]) {
-  for (int q = 0; q < 4; ++q) {
+// One thread's share of an operand tile: rows r0 .. r0 + ROWS - 1, k0 .. k0 + kSeqBK - 1 (zeros
+// outside the operand), fetched from global memory into registers, later stored to
+// tile[k][row]: the next tile's loads are in flight while the current one is multiplied.
+template <int ROWS>
+struct SeqTile {
+  static constexpr int kPer = ROWS * kSeqBK / 256;
+  float v[kPer];
+  // Element q of this thread: row rr, column kk of the tile (k or rows contiguous in memory).
+  __device__ __forceinline__ static void at(const SeqOperand& o, int q, int& rr, int& kk) {
     const int e = static_cast<int>(threadIdx.x) + q * 256;
-    int rr, kk;
-    if (o.sk == 1) rr = e / kSeqBK, kk = e % kSeqBK;  // k contiguous in memory
-    else rr = e % kSeqBM, kk = e / kSeqBM;            // rows contiguous
-    const std::int64_t r = r0 + rr, k = k0 + kk;
-    float v = 0.0f;
-    if (r < R && k < k_end) {
-      v = base[r * o.si + k * o.sk];
-      if (o.bf16) v = bf16_round(v);
-    }
-    tile[kk][rr] = v;
+    if (o.sk == 1) rr = e / kSeqBK, kk = e % kSeqBK;
+    else rr = e % ROWS, kk = e / ROWS;
   }
-}
+  __device__ __forceinline__ void fetch(const SeqOperand& o, const float* base, std::int64_t r0, std::int64_t R,
+                                        std::int64_t k0, std::int64_t k_end) {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      int rr, kk;
+      at(o, q, rr, kk);
+      const std::int64_t r = r0 + rr, k = k0 + kk;
+      float x = 0.0f;
+      if (r < R && k < k_end) {
+        x = __ldg(base + (r * o.si + k * o.sk));
+        if (o.bf16) x = bf16_round(x);
+      }
+      v[q] = x;
+    }
+  }
+  __device__ __forceinline__ void store(const SeqOperand& o, float (*tile)[ROWS + 4]) const {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      int rr, kk;
+      at(o, q, rr, kk);
+      tile[kk][rr] = v[q];
+    }
+  }
+};
 
-__global__ void __launch_bounds__(256) seq_gemm_kernel(SeqGemm g) {
+// 256 threads (two blocks per SM), a kSeqBM x kSeqBN tile of C, 8 x 4 outputs per thread;
+// every output's sum runs over k in ascending order, one product and one addition at a time
+// (--fmad=false).
+__global__ void __launch_bounds__(256, 2) seq_gemm_kernel(SeqGemm g) {
   const int z = static_cast<int>(blockIdx.z);
   const int bb = z / g.heads, hh = z % g.heads;
   const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * kSeqBM, j0 = static_cast<std::int64_t>(blockIdx.x) * kSeqBN;
@@ -215,27 +266,37 @@ __global__ void __launch_bounds__(256) seq_gemm_kernel(SeqGemm g) {
   std::int64_t k_begin = 0, k_end = g.K;
   if (g.mask == SeqMask::KUpToI) k_end = i0 + kSeqBM < g.K ? i0 + kSeqBM : g.K;
   if (g.mask == SeqMask::KFromI) k_begin = i0 < g.K ? i0 : g.K;
-  __shared__ float As[kSeqBK][kSeqBM + 4];
-  __shared__ float Bs[kSeqBK][kSeqBN + 4];
+  __shared__ __align__(16) float As[kSeqBK][kSeqBM + 4];
+  __shared__ __align__(16) float Bs[kSeqBK][kSeqBN + 4];
   const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
-  float acc[4][4];
+  float acc[8][4];
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < 8; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[r][c] = 0.0f;
+  SeqTile<kSeqBM> ta;
+  SeqTile<kSeqBN> tb;
+  if (k_begin < k_end) {
+    ta.fetch(g.a, A, i0, g.I, k_begin, k_end);
+    tb.fetch(g.b, B, j0, g.J, k_begin, k_end);
+  }
   for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kSeqBK) {
-    seq_load_tile(g.a, A, i0, g.I, k0, k_end, As);
-    seq_load_tile(g.b, B, j0, g.J, k0, k_end, Bs);
+    ta.store(g.a, As);
+    tb.store(g.b, Bs);
     __syncthreads();
+    if (k0 + kSeqBK < k_end) {
+      ta.fetch(g.a, A, i0, g.I, k0 + kSeqBK, k_end);
+      tb.fetch(g.b, B, j0, g.J, k0 + kSeqBK, k_end);
+    }
 #pragma unroll
     for (int kk = 0; kk < kSeqBK; ++kk) {
-      float av[4], bv[4];
+      const float4 a0 = *reinterpret_cast<const float4*>(&As[kk][ty * 8]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&As[kk][ty * 8 + 4]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&Bs[kk][tx * 4]);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[4] = {b0.x, b0.y, b0.z, b0.w};
 #pragma unroll
-      for (int r = 0; r < 4; ++r) av[r] = As[kk][ty * 4 + r];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) bv[c] = Bs[kk][tx * 4 + c];
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 8; ++r)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[r][c] = acc[r][c] + av[r] * bv[c];
     }
@@ -243,65 +304,65 @@ __global__ void __launch_bounds__(256) seq_gemm_kernel(SeqGemm g) {
   }
   float* C = g.c.p + bb * g.c.sb + hh * g.c.sh;
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < 8; ++r)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const std::int64_t i = i0 + ty * 4 + r, j = j0 + tx * 4 + c;
+      const std::int64_t i = i0 + ty * 8 + r, j = j0 + tx * 4 + c;
       if (i < g.I && j < g.J) C[i * g.c.si + j * g.c.sj] = g.use_scale ? acc[r][c] * g.scale : acc[r][c];
     }
 }
 
 // ---- softmax and its backward, one warp per row (z, t) of the S x S probability matrices ----
-// In place: S_tu (u <= t) -> P_tu = exp(S_tu - max) / sum (sum in ascending u, by lane 0, as the
-// CPU's serial loop); P_tu = 0 above the diagonal.
-#define FP4D_WARP_STRIDE(warp, rows)                                                                  \
-  for (std::int64_t warp = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; warp < (rows); \
-       warp += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32)
-
+// In place: S_tu (u <= t) -> P_tu = exp(S_tu - max) / sum (the sum in ascending u); P_tu = 0
+// above the diagonal.
 __global__ void softmax_rows_kernel(float* __restrict__ P, std::int64_t rows, std::int64_t S) {
+  extern __shared__ float lm_row_terms[];
+  float* e = lm_row_terms + (threadIdx.x / 32) * S;
   const int lane = static_cast<int>(threadIdx.x % 32);
   FP4D_WARP_STRIDE(warp, rows) {
-  const std::int64_t t = warp % S;
-  float* p = P + warp * S;
-  float mx = p[0];
-  for (std::int64_t u = lane; u <= t; u += 32) mx = p[u] > mx ? p[u] : mx;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, mx, o);
-    mx = other > mx ? other : mx;
-  }
-  for (std::int64_t u = lane; u < S; u += 32) p[u] = u <= t ? mlp_math::exp_of(float(p[u] - mx)) : 0.0f;
-  __syncwarp();
-  float sum = 0.0f;
-  if (lane == 0)
-    for (std::int64_t u = 0; u <= t; ++u) sum = sum + p[u];
-  sum = __shfl_sync(0xffffffffu, sum, 0);
-  for (std::int64_t u = lane; u <= t; u += 32) p[u] = p[u] / sum;
-  __syncwarp();
+    const std::int64_t t = warp % S;
+    float* p = P + warp * S;
+    float mx = p[0];
+    for (std::int64_t u = lane; u <= t; u += 32) {
+      const float v = p[u];
+      e[u] = v;
+      mx = v > mx ? v : mx;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, mx, o);
+      mx = other > mx ? other : mx;
+    }
+    for (std::int64_t u = lane; u <= t; u += 32) e[u] = mlp_math::exp_of(float(e[u] - mx));
+    __syncwarp();
+    const float sum = lane0_serial_sum(e, t + 1);
+    for (std::int64_t u = lane; u < S; u += 32) p[u] = u <= t ? e[u] / sum : 0.0f;
+    __syncwarp();
   }
 }
 
 // In place: dP_tu -> dS_tu = (P_tu (dP_tu - D_t)) scale, D_t = sum_{u<=t} P_tu dP_tu (ascending
-// u, lane 0), rounded to BF16 under bf16; 0 above the diagonal.
+// u), rounded to BF16 under bf16; 0 above the diagonal.
 __global__ void softmax_backward_rows_kernel(const float* __restrict__ P, float* __restrict__ dP, std::int64_t rows,
                                              std::int64_t S, float scale, int bf16) {
+  extern __shared__ float lm_row_terms[];
+  float* e = lm_row_terms + (threadIdx.x / 32) * S;
   const int lane = static_cast<int>(threadIdx.x % 32);
   FP4D_WARP_STRIDE(warp, rows) {
-  const std::int64_t t = warp % S;
-  const float* p = P + warp * S;
-  float* dp = dP + warp * S;
-  float D = 0.0f;
-  if (lane == 0)
-    for (std::int64_t u = 0; u <= t; ++u) D = D + p[u] * dp[u];
-  D = __shfl_sync(0xffffffffu, D, 0);
-  for (std::int64_t u = lane; u < S; u += 32) {
-    float v = 0.0f;
-    if (u <= t) {
-      v = (p[u] * (dp[u] - D)) * scale;
-      if (bf16) v = bf16_round(v);
+    const std::int64_t t = warp % S;
+    const float* p = P + warp * S;
+    float* dp = dP + warp * S;
+    for (std::int64_t u = lane; u <= t; u += 32) e[u] = p[u] * dp[u];
+    __syncwarp();
+    const float D = lane0_serial_sum(e, t + 1);
+    for (std::int64_t u = lane; u < S; u += 32) {
+      float v = 0.0f;
+      if (u <= t) {
+        v = (p[u] * (dp[u] - D)) * scale;
+        if (bf16) v = bf16_round(v);
+      }
+      dp[u] = v;
     }
-    dp[u] = v;
-  }
-  __syncwarp();
+    __syncwarp();
   }
 }
 
