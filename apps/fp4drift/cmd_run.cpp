@@ -35,7 +35,7 @@ struct RunArgs {
   std::string backend = "cpu";
   std::int64_t steps = 0;
   std::string out;
-  bool resume = false, json = false;
+  bool resume = false, json = false, check = false;
   std::string concurrent_runs = "auto";
   std::string cuda_graphs = "on";
 };
@@ -315,6 +315,30 @@ int run_sum_dot_workload(const RunArgs& a, const Config& cfg, const SumDotRun& r
   return 0;
 }
 
+// --check: the config read and validated as a run would (every key, the model, the data, the
+// recipes' tiling), a one-line description of what would run, nothing written. For configs
+// sized for another machine (a GPU config on a laptop, a cluster's batch before submission).
+int check_config(Config& cfg, const std::string& workload, std::int64_t steps) {
+  std::string what;
+  if (workload == "mlp") {
+    const MlpRunSpec s = parse_mlp_run(cfg, steps);
+    what = std::to_string(s.steps) + " steps, " + std::to_string(s.recipes.size()) + " recipes";
+  } else if (workload == "lm") {
+    const LmRunSpec s = parse_lm_run(cfg, steps);
+    std::int64_t params = 0;
+    for (const LmParam& p : lm_params(s.model)) params += p.rows * p.cols;
+    what = std::to_string(s.steps) + " steps, " + std::to_string(s.recipes.size()) + " recipes, " +
+           std::to_string(params) + " parameters, " + std::to_string(s.model.batch * s.model.seq_len) + " tokens a step";
+  } else {
+    cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot, mlp or lm");
+    const SumDotRun s = parse_sum_dot_run(cfg, workload, steps);
+    what = std::to_string(s.n) + " terms";
+  }
+  cfg.finish();
+  std::printf("%s: a valid %s config (%s)\n", cfg.source().c_str(), workload.c_str(), what.c_str());
+  return 0;
+}
+
 int run_run(const RunArgs& a, const std::string& command_line) {
   if (!std::filesystem::exists(a.config)) throw UsageError("config file '" + a.config + "' does not exist");
   // The backend's name is checked here, whether it can run when the workload needs it (a sum
@@ -326,6 +350,7 @@ int run_run(const RunArgs& a, const std::string& command_line) {
     throw UsageError("--cuda-graphs off: only --backend cuda launches graphs (this run is --backend " + a.backend + ")");
   Config cfg = Config::load(a.config);
   const std::string workload = cfg.get_string("workload");
+  if (a.check) return check_config(cfg, workload, a.steps);
   if (workload == "mlp") return run_mlp_workload(a, cfg, command_line);
   if (workload == "lm") return run_lm_workload(a, cfg, command_line);
   cfg.require(workload == "sum" || workload == "dot", "workload", "must be sum, dot, mlp or lm");
@@ -359,6 +384,7 @@ Runner add_run(CLI::App& app, const std::string& command_line) {
   app.add_option("--out,-o", a->out, "Output trace (HDF5)");
   app.add_flag("--resume", a->resume, "Continue a stopped run from its trace (long-running workloads)");
   app.add_flag("--json", a->json, "Print the results as JSON");
+  app.add_flag("--check", a->check, "Read and validate the config as the run would, say what it would run, write nothing");
   app.add_option("--concurrent-runs", a->concurrent_runs,
                  "mlp: step the low-precision runs on one host thread each (auto: where every run allows it; "
                  "the trace is the same either way)")

@@ -1,5 +1,7 @@
 #include "sim/lm_run.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -14,6 +16,7 @@
 #include "model/recipe_gemm.hpp"
 #include "sim/lm.hpp"
 #include "sim/lm_trainer.hpp"
+#include "sim/omp_threads.hpp"
 #include "trace/lm_trace.hpp"
 #include "trace/run_files.hpp"
 #include "trace/token_file.hpp"
@@ -337,6 +340,7 @@ ProbeResult local_error(const LmSpec& model, const std::vector<std::vector<float
   return r;
 }
 
+
 struct RunProgress {
   std::int64_t durable_step = 0;
   bool stepped = false;
@@ -400,17 +404,24 @@ class LmRun {
     const TokenBatch batch = batches_(s);
     const bool recorded = is_record(s), compare = spec_.reference_enabled && is_compare(s), flush = is_flush(s);
     // The reference steps in its own thread while the runs step (on the host or a device).
+    // The cores are shared between the two: OpenMP teams of both at full width would
+    // oversubscribe them, and libgomp's spinning threads then slow both by an order of magnitude.
     LmStepStats ref_stats;
     std::exception_ptr ref_error;
     std::thread reference;
-    if (spec_.reference_enabled)
-      reference = std::thread([&] {
+    const int cores = omp_get_max_threads(), ref_threads = std::max(1, cores / 2);
+    std::optional<OmpThreads> share;
+    if (spec_.reference_enabled) {
+      share.emplace(std::max(1, cores - ref_threads));
+      reference = std::thread([&, ref_threads] {
+        omp_set_num_threads(ref_threads);
         try {
           ref_stats = lm_train_step<double>(model_, ref_, batch.ids.data(), nullptr);
         } catch (...) {
           ref_error = std::current_exception();
         }
       });
+    }
     std::vector<LmStepStats> st(R_);
     std::vector<std::vector<OperandRecord>> ops(R_);
     try {
@@ -420,6 +431,7 @@ class LmRun {
       throw;
     }
     if (reference.joinable()) reference.join();
+    share.reset();
     if (ref_error) std::rethrow_exception(ref_error);
     const double ref_loss = spec_.reference_enabled ? ref_stats.loss : std::nan("");
     if (recorded) {

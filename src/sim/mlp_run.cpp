@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "sim/batch_prefetch.hpp"
+#include "sim/omp_threads.hpp"
 #include "sim/parallel_runs.hpp"
 #include "trace/h5.hpp"
 #include "trace/mlp_checkpoint.hpp"
@@ -327,12 +328,6 @@ void create_mlp_run_files(const MlpRunSpec& spec, const MlpRunControl& ctl, cons
       [&](const CheckpointMark& m) { write_checkpoint(ctl.path, m, ref, lp); });
 }
 
-// Sets this thread's OpenMP thread count for a scope.
-struct OmpThreads {
-  int saved;
-  explicit OmpThreads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(saved); }
-};
 
 // How far a run got, for the error path: the step of the checkpoint on disk, and whether any
 // step was taken (a fresh run that fails before its first step made nothing worth keeping).
