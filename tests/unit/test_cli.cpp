@@ -26,13 +26,14 @@ struct Result {
   std::string out, err;
 };
 
-Result run(const std::string& args) {
+Result run(const std::string& args, const std::string& cwd = "") {
   // Per-process capture files: two test_cli processes at once (two build trees on one machine)
   // must not read each other's output - they did, as a rare "stderr not empty" failure.
   const fs::path dir = fs::temp_directory_path();
   const std::string tag = "fp4d_cli_" + std::to_string(::getpid());
   const std::string out = (dir / (tag + "_stdout.txt")).string(), err = (dir / (tag + "_stderr.txt")).string();
-  const std::string cmd = std::string(FP4DRIFT_EXE) + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd = (cwd.empty() ? std::string() : "cd '" + cwd + "' && ") + std::string(FP4DRIFT_EXE) + " " + args +
+                          " >" + out + " 2>" + err;
   const int raw = std::system(cmd.c_str());
   auto slurp = [](const std::string& p) {
     std::ifstream f(p);
@@ -368,13 +369,15 @@ TEST_CASE("run: every shipped config in data/configs passes --check and runs (sh
   for (const auto& e : fs::directory_iterator(FP4DRIFT_SOURCE_DIR "/data/configs")) {
     if (e.path().extension() != ".toml") continue;
     INFO(e.path().string());
-    const Result c = run("run " + e.path().string() + " --check");
+    const Result c = run("run " + e.path().string() + " --check", FP4DRIFT_SOURCE_DIR);
     CHECK(c.status == 0);
     CHECK(c.out.find("a valid") != std::string::npos);
     // Configs sized for the H200 (data/configs/README.md) are checked, not run: one step of
     // them is hours of CPU emulation.
     if (e.path().stem().string().find("-h200") != std::string::npos) continue;
-    const Result r = run("run " + e.path().string() + " --steps 64 --json --out " + d.file(e.path().stem().string() + ".h5"));
+    // From the repository root, where the configs' relative data paths point (as a user runs them).
+    const Result r = run("run " + e.path().string() + " --steps 64 --json --out " + d.file(e.path().stem().string() + ".h5"),
+                         FP4DRIFT_SOURCE_DIR);
     CHECK(r.status == 0);
     CHECK(r.err.empty());
   }
