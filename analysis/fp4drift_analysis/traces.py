@@ -38,7 +38,11 @@ def _open(path: str):
         raise IsADirectoryError(f"{path}: is a directory, not a trace file")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
-    with h5py.File(path, "r") as f:
+    try:
+        h = h5py.File(path, "r")
+    except OSError as e:   # h5py's "file signature not found" does not say which file
+        raise OSError(f"{path}: not readable as an HDF5 file ({e})") from e
+    with h as f:
         try:
             yield f
         except KeyError as e:
