@@ -353,11 +353,274 @@ class MlpRun(_RunConfig):
                           attrs={**_scalar_attrs(self.attrs), **_scalar_attrs(self.options)})
 
 
+# --- fp4drift.run, workload lm ---------------------------------------------------------------
+
+# Linear kinds of an lm trace in model order (`linear_kinds`); q, k, v appear instead of qkv
+# when the model was configured with fused_qkv = false.
+LM_KINDS = ("qkv", "q", "k", "v", "o", "gateup", "down", "head")
+OPERAND_STATS = ("nmse", "clipped_fraction", "underflow_fraction", "zero_scale_fraction")
+LM_PROBES = ("grad_cosine", "grad_rel_error", "grad_sr_mean_rel_error")
+LM_MODEL_KEYS = ("vocab", "d_model", "heads", "kv_heads", "ffn", "seq_len", "batch", "pattern", "parameters")
+
+
+def _never(v) -> int | None:
+    """A step attribute where -1 means "never" (and an absent one: an unfinished run) as None."""
+    return None if v is None or int(v) < 0 else int(v)
+
+
+def _list(v) -> list[str]:
+    return [x for x in _str(v).split(",") if x] if v is not None else []
+
+
+@dataclass
+class LmRecipeRun:
+    """One low-precision run of an lm trace: arrays over the S recorded steps, the C compares,
+    the P parameters (`LmRun.param_names`) and the 6L operand slots (slot = linear * 6 + role * 2
+    + operand, linear in `LmRun.linear_names` order)."""
+
+    name: str
+    attrs: dict
+    loss: np.ndarray                          # [S] nats
+    rel_loss_gap: np.ndarray                  # [S] (loss - reference) / reference
+    grad_norm: np.ndarray                     # [S] before clipping
+    clip_factor: np.ndarray                   # [S] min(1, max_grad_norm / grad_norm)
+    lost_update_fraction: np.ndarray          # [S, P]
+    operand_nmse: np.ndarray                  # [S, 6L]
+    operand_clipped_fraction: np.ndarray      # [S, 6L]
+    operand_underflow_fraction: np.ndarray    # [S, 6L]
+    operand_zero_scale_fraction: np.ndarray   # [S, 6L]
+    weight_rel_error: np.ndarray              # [C, P]
+    weight_rel_error_total: np.ndarray        # [C] every parameter as one vector
+    grad_cosine: np.ndarray                   # [C, P] the local-error probe
+    grad_rel_error: np.ndarray                # [C, P]
+    grad_sr_mean_rel_error: np.ndarray        # [C, P]
+
+    # The final attributes are written when the run completes: NaN / None in a partial trace.
+    @property
+    def tail_loss(self) -> float:
+        return float(self.attrs.get("tail_loss", np.nan))
+
+    @property
+    def tail_rel_loss_gap(self) -> float:
+        return float(self.attrs.get("tail_rel_loss_gap", np.nan))
+
+    @property
+    def growth_exponent(self) -> float:
+        """`weight_error_growth_exponent`: slope of log weight_rel_error_total against log step."""
+        return float(self.attrs.get("weight_error_growth_exponent", np.nan))
+
+    @property
+    def first_nonfinite_step(self) -> int | None:
+        """The first step whose loss is not finite; None if every loss is (or the run is unfinished)."""
+        return _never(self.attrs.get("first_nonfinite_step"))
+
+    @property
+    def gemm_path(self) -> str:
+        return _str(self.attrs.get("gemm_path", ""))
+
+    @property
+    def extra(self) -> dict:
+        """The operand statistics and probes by dataset name, as MlpRecipeRun.extra has them, so
+        code written for mlp runs reads lm runs too."""
+        return {f"operand_{k}": getattr(self, f"operand_{k}") for k in OPERAND_STATS[1:]} | \
+            {k: getattr(self, k) for k in LM_PROBES}
+
+    def operand_stat(self, key: str) -> np.ndarray:
+        """[S, 6L] array of an operand statistic: nmse, clipped_fraction, underflow_fraction,
+        zero_scale_fraction."""
+        if key not in OPERAND_STATS:
+            raise KeyError(f"run {self.name}: no operand statistic {key!r} (one of {', '.join(OPERAND_STATS)})")
+        return getattr(self, f"operand_{key}")
+
+
+@dataclass
+class LmRun(_RunConfig):
+    """An `fp4drift run` trace of the lm workload: the double reference and the recipes' runs on
+    the same token batches (docs/trace-format.md, workload lm)."""
+
+    path: str
+    attrs: dict
+    options: dict                  # the /lm attributes
+    step: np.ndarray               # [S]
+    lr: np.ndarray                 # [S] the scheduled learning rate of the step
+    compare_step: np.ndarray       # [C] steps after which the parameters were compared
+    reference_loss: np.ndarray     # [S] nats
+    reference_grad_norm: np.ndarray
+    reference_attrs: dict          # tail_loss, first_nonfinite_step (complete runs)
+    runs: list[LmRecipeRun] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+    def run(self, name: str) -> LmRecipeRun:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"{self.path}: no run {name!r} (runs: {', '.join(self.names)})")
+
+    @property
+    def model(self) -> dict:
+        """vocab, d_model, heads, kv_heads, ffn, seq_len, batch, pattern, parameters (their count)."""
+        o = self.options
+        return {k: (_str(o[k]) if k == "pattern" else int(o[k])) for k in LM_MODEL_KEYS if k in o}
+
+    @property
+    def param_names(self) -> list[str]:
+        return _list(self.options.get("param_names"))
+
+    @property
+    def linear_names(self) -> list[str]:
+        return _list(self.options.get("linear_names"))
+
+    @property
+    def linear_kinds(self) -> list[str]:
+        return _list(self.options.get("linear_kinds"))
+
+    @property
+    def kinds(self) -> list[str]:
+        """The linear kinds this model has, in LM_KINDS order."""
+        present = set(self.linear_kinds)
+        return [k for k in LM_KINDS if k in present] + sorted(present - set(LM_KINDS))
+
+    @property
+    def high_precision_blocks(self) -> list[int]:
+        return [int(b) for b in _list(self.options.get("high_precision_blocks"))]
+
+    @property
+    def edge_recipe(self) -> str:
+        return _str(self.options.get("edge_recipe", ""))
+
+    @property
+    def data(self) -> str:
+        return _str(self.options.get("data", ""))
+
+    @property
+    def loss_floor_nats(self) -> float:
+        """The synthetic source's Bayes loss (NaN for a token file)."""
+        return float(self.options.get("loss_floor_nats", np.nan))
+
+    @property
+    def unigram_loss_nats(self) -> float:
+        """The loss of the best context-free model (entropy of the targets' unigram distribution)."""
+        return float(self.options.get("unigram_loss_nats", np.nan))
+
+    @property
+    def switch_to_bf16_step(self) -> int | None:
+        """The first step trained in BF16 (the recipes switch there); None if they never do."""
+        return _never(self.options.get("switch_to_bf16_step"))
+
+    @property
+    def reference_tail_loss(self) -> float:
+        return float(self.reference_attrs.get("tail_loss", np.nan))
+
+    @property
+    def reference_first_nonfinite_step(self) -> int | None:
+        return _never(self.reference_attrs.get("first_nonfinite_step"))
+
+    def operand_slots(self, kind: str | None = None, role: str | int | None = None,
+                      operand: int | None = None) -> np.ndarray:
+        """Slot indices (slot = linear * 6 + role * 2 + operand) of the linears of `kind` (all
+        if None), GEMM `role` (fprop/dgrad/wgrad or 0..2; all if None) and operand (0: X, dY,
+        X^T; 1: W, W^T, dY^T; both if None)."""
+        kinds = self.linear_kinds
+        if kind is not None and kind not in kinds:
+            raise KeyError(f"{self.path}: no linear of kind {kind!r} (kinds: {', '.join(self.kinds)})")
+        if isinstance(role, str):
+            if role not in OPERAND_ROLES:
+                raise KeyError(f"role {role!r}: one of {', '.join(OPERAND_ROLES)}")
+            role = OPERAND_ROLES.index(role)
+        return np.array([lin * 6 + ro * 2 + op for lin, k in enumerate(kinds) if kind is None or k == kind
+                         for ro in range(3) if role is None or ro == role
+                         for op in range(2) if operand is None or op == operand], dtype=np.int64)
+
+    def operand_by_kind(self, recipe: str, stat: str = "nmse") -> dict[str, np.ndarray]:
+        """Per linear kind, the [S, 3, 2] history of an operand statistic (axis 1: role fprop,
+        dgrad, wgrad; axis 2: operand, as in operand_slot_label), the mean over the linears of
+        that kind (over the layers)."""
+        a = self.run(recipe).operand_stat(stat)
+        kinds = np.array(self.linear_kinds)
+        by_linear = a.reshape(a.shape[0], len(kinds), 3, 2)
+        return {k: by_linear[:, kinds == k].mean(axis=1) for k in self.kinds}
+
+    def operand_slot_label(self, slot: int) -> str:
+        """'blocks.1.down wgrad X^T': the linear's name, the GEMM role and the operand."""
+        lin, rest = divmod(slot, 6)
+        role, operand = divmod(rest, 2)
+        return f"{self.linear_names[lin]} {OPERAND_ROLES[role]} {OPERAND_NAMES[role][operand]}"
+
+    def to_pandas(self):
+        """Long format, one row per (recipe, step): loss, reference loss, relative loss gap,
+        gradient norm and clip factor, learning rate."""
+        pd = _optional("pandas")
+        frames = [pd.DataFrame({"recipe": r.name, "step": self.step, "lr": self.lr, "loss": r.loss,
+                                "reference_loss": self.reference_loss, "rel_loss_gap": r.rel_loss_gap,
+                                "grad_norm": r.grad_norm, "clip_factor": r.clip_factor})
+                  for r in self.runs]
+        return pd.concat(frames, ignore_index=True)
+
+    def to_xarray(self):
+        """Every array; the slot dimension carries linear, kind, role and operand coordinates, so
+        `ds.operand_nmse.groupby("kind")` groups the operand statistics by linear kind."""
+        xr = _optional("xarray")
+        rs = self.runs
+        stack = lambda key: np.stack([getattr(r, key) for r in rs])  # noqa: E731
+        rec, step_param, cmp_param, slot = ("recipe", "step"), ("recipe", "step", "param"), \
+            ("recipe", "compare_step", "param"), ("recipe", "step", "slot")
+        data = {
+            "reference_loss": (("step",), self.reference_loss),
+            "reference_grad_norm": (("step",), self.reference_grad_norm),
+            "lr": (("step",), self.lr),
+            **{k: (rec, stack(k)) for k in ("loss", "rel_loss_gap", "grad_norm", "clip_factor")},
+            "lost_update_fraction": (step_param, stack("lost_update_fraction")),
+            **{f"operand_{k}": (slot, stack(f"operand_{k}")) for k in OPERAND_STATS},
+            **{k: (cmp_param, stack(k)) for k in ("weight_rel_error", *LM_PROBES)},
+            "weight_rel_error_total": (("recipe", "compare_step"), stack("weight_rel_error_total")),
+            **{k: (("recipe",), np.array([getattr(r, k) for r in rs], dtype=float))
+               for k in ("tail_loss", "tail_rel_loss_gap", "growth_exponent")},
+        }
+        n = 6 * len(self.linear_names)
+        slots = np.arange(n)
+        lin, role, op = slots // 6, (slots % 6) // 2, slots % 2
+        coords = {"recipe": self.names, "step": self.step, "compare_step": self.compare_step,
+                  "param": self.param_names, "slot": slots,
+                  "linear": ("slot", np.array(self.linear_names)[lin]), "kind": ("slot", np.array(self.linear_kinds)[lin]),
+                  "role": ("slot", np.array(OPERAND_ROLES)[role]), "operand": ("slot", op)}
+        return xr.Dataset(data, coords=coords, attrs={**_scalar_attrs(self.attrs), **_scalar_attrs(self.options)})
+
+
+def _load_lm(f: h5py.File, path: str) -> LmRun:
+    g = f["lm"]
+    ref = g["reference"]
+    out = LmRun(path=path, attrs=dict(f.attrs), options=dict(g.attrs), step=g["step"][()], lr=g["lr"][()],
+                compare_step=g["compare_step"][()], reference_loss=ref["loss"][()],
+                reference_grad_norm=ref["grad_norm"][()], reference_attrs=dict(ref.attrs))
+    P, slots = len(out.param_names), 6 * len(out.linear_names)
+    for name in _list(g.attrs["recipes"]):
+        r = g["runs"][name]
+        arrays = {k: r[k][()] for k in ("loss", "rel_loss_gap", "grad_norm", "clip_factor", "lost_update_fraction",
+                                         *(f"operand_{s}" for s in OPERAND_STATS), "weight_rel_error",
+                                         "weight_rel_error_total", *LM_PROBES)}
+        # The names in the attributes are what every per-parameter and per-slot column is read
+        # by: a trace whose columns disagree with them would be mislabelled silently.
+        for k, v in arrays.items():
+            want = P if v.ndim == 2 and not k.startswith("operand_") else slots
+            if v.ndim == 2 and v.shape[1] != want:
+                raise SchemaError(f"{path}: lm/runs/{name}/{k} has {v.shape[1]} columns, the /lm attributes "
+                                  f"name {want}")
+        out.runs.append(LmRecipeRun(name=name, attrs=dict(r.attrs), **arrays))
+    return out
+
+
 def load_run(path: str, allow_incomplete: bool = False):
-    """Load an `fp4drift run` trace: SumDotRun (sum, dot) or MlpRun (mlp). An mlp run that was
-    interrupted or failed is refused unless allow_incomplete (its data ends at the last flush)."""
+    """Load an `fp4drift run` trace: SumDotRun (sum, dot), MlpRun (mlp) or LmRun (lm). An mlp or
+    lm run that was interrupted or failed is refused unless allow_incomplete (its data ends at
+    the last flush)."""
     with _open(path) as f:
         _check_schema(f, "fp4drift.run", allow_incomplete)
+        workload = _str(f.attrs.get("workload", ""))
+        if workload in RUN_WORKLOADS:
+            return RUN_WORKLOADS[workload](f, path)
         if "mlp" in f:
             g = f["mlp"]
             out = MlpRun(path=path, attrs=dict(f.attrs), options=dict(g.attrs), step=g["step"][()],
@@ -380,6 +643,11 @@ def load_run(path: str, allow_incomplete: bool = False):
             **{k: g[k][()] for k in ("n", "exact", "computed", "error", "mean_error", "rms_error", "sr_variance",
                                      "sr_half_step_sq", "first_stagnation")},
         )
+
+
+# Workloads whose trace is read by the root `workload` attribute: loader(open file, path). The
+# older workloads are recognised by their group, which their traces have always had.
+RUN_WORKLOADS: dict[str, Callable] = {"lm": _load_lm}
 
 
 def _scalar_attrs(attrs: dict) -> dict:
