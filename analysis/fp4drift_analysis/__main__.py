@@ -2,13 +2,18 @@
 
   plot-quantize Q.h5 --out F.png        error table of an `fp4drift quantize` output
   plot-gemm G.h5 --out F.png            error split of an `fp4drift gemm` output
-  plot-run T.h5 [T.h5 ...] --out F.png  a run trace (mlp: 4 panels; sum/dot: overlaid)
+  plot-run T.h5 [T.h5 ...] --out F.png  a run trace (mlp, lm: 4 panels; sum/dot: overlaid)
+  plot-lm T.h5 --out F.png              an lm trace: losses with floor and unigram loss, loss gap,
+                                        whole-model weight error, operand NMSE per linear kind
   plot-growth T.h5 ... --out F.png      weight error vs step, log-log, fitted exponents with CI
-  plot-heatmap T.h5 --out F.png         per-layer weight error (layers x steps) per recipe
+  plot-heatmap T.h5 --out F.png         per-layer (lm: per-parameter) weight error per recipe
   plot-stats T.h5 --out F.png           quantization-statistic histories of the GEMM operands
   compare T.h5 T.h5 ... --out F.png     overlay traces (RN vs SR, RHT on/off, ...)
   ablation T.h5 ... --out F.png         bars: final loss gap and weight error per recipe
   fit T.h5 ...                          growth-exponent fits (OLS and HAC CIs) as a table
+The training plots (plot-growth, plot-heatmap, plot-stats, compare, ablation, fit) read mlp and
+lm traces but never both at once: an mlp's weight error is its last layer's, an lm's the whole
+model's (or --param NAME's), and their losses are different quantities.
   bias T.h5 ...                         SR bias test across seeds of sum/dot traces
   check [BOUNDS ...] [--fp4drift EXE] [--traces DIR]   the CI regression of numeric bounds
 Output images are PNG or PDF by the suffix. Exit status 2 on bad input."""
@@ -21,17 +26,19 @@ from pathlib import Path
 
 from .bounds import BoundsError, REPO, check
 from .stats import fit_growth, sr_bias_test
-from .traces import MlpRun, SchemaError, SumDotRun, load_run
+from .traces import LmRun, MlpRun, SchemaError, SumDotRun, load_run
 
 
 def _fit_table(paths: list[str], confidence: float) -> None:
     print(f"{'trace:recipe':<40} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
     for p in paths:
         r = load_run(p)
-        if not isinstance(r, MlpRun):
-            raise SchemaError(f"{p}: fit needs an mlp trace")
+        if not isinstance(r, (MlpRun, LmRun)):
+            raise SchemaError(f"{p}: fit needs an mlp or lm trace")
         for run in r.runs:
-            e = run.weight_rel_error[:, -1]
+            # the series fp4drift fits for weight_error_growth_exponent: the mlp's last layer,
+            # the lm's every parameter as one vector
+            e = run.weight_rel_error_total if isinstance(r, LmRun) else run.weight_rel_error[:, -1]
             ols = fit_growth(r.compare_step, e, confidence, "ols")
             hac = fit_growth(r.compare_step, e, confidence, "hac")
             print(f"{Path(p).name + ':' + run.name:<40} {ols.points:>6} {ols.exponent:>9.3f}  "
@@ -77,10 +84,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd("plot-quantize", "plot the error table of an `fp4drift quantize` output")
     cmd("plot-gemm", "plot the error split of an `fp4drift gemm` output")
-    cmd("plot-run", "plot a run trace (one mlp trace, or several sum/dot traces overlaid)", many=True)
+    cmd("plot-run", "plot a run trace (one mlp or lm trace, or several sum/dot traces overlaid)", many=True)
+    lm = cmd("plot-lm", "plot an lm trace: losses, loss gap, weight error, operand NMSE per linear kind")
+    lm.add_argument("--smooth", type=_at_least_one, default=20, help="trailing mean over this many steps")
     g = cmd("plot-growth", "weight error vs step (log-log) with fitted growth exponents and CIs", many=True)
     g.add_argument("--recipes", help="comma list (default: all)")
-    g.add_argument("--layer", type=int, default=-1, help="layer index (default: the last)")
+    g.add_argument("--layer", type=int, default=-1, help="mlp: layer index (default: the last)")
+    g.add_argument("--param", help="lm: one parameter of param_names, e.g. head (default: the whole model)")
     g.add_argument("--method", choices=("ols", "hac"), default="ols", help="CI of the exponent")
     h = cmd("plot-heatmap", "per-layer heat map of the weight error (or --quantity) per recipe")
     h.add_argument("--quantity", default="weight_rel_error",
@@ -120,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             plots.plot_gemm(a.trace, a.out)
         elif a.command == "plot-run":
             plots.plot_runs(a.traces, a.out)
+        elif a.command == "plot-lm":
+            plots.plot_lm(a.trace, a.out, a.smooth)
         elif a.command == "plot-growth":
-            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method)
+            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method, a.param)
         elif a.command == "plot-heatmap":
             plots.plot_heatmap(a.trace, a.out, a.quantity)
         elif a.command == "plot-stats":

@@ -13,8 +13,8 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from .stats import fit_growth  # noqa: E402
-from .traces import (OPERAND_ROLES, MlpRun, SchemaError, SumDotRun, load_gemm, load_quantize,  # noqa: E402
-                     load_run)
+from .traces import (OPERAND_ROLES, LmRun, MlpRun, SchemaError, SumDotRun, load_gemm,  # noqa: E402
+                     load_quantize, load_run)
 
 SUFFIXES = (".png", ".pdf")
 
@@ -31,11 +31,61 @@ def _check_out(out: str) -> None:
         raise ValueError(f"{out}: output must end in .png or .pdf")
 
 
+def _kind(r) -> str:
+    return "lm" if isinstance(r, LmRun) else "mlp" if isinstance(r, MlpRun) else r.options.get("operation", "sum/dot")
+
+
 def _mlp(path: str) -> MlpRun:
     r = load_run(path)
     if not isinstance(r, MlpRun):
-        raise SchemaError(f"{path}: a {r.options.get('operation', 'sum/dot')} trace, this plot needs an mlp trace")
+        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an mlp trace")
     return r
+
+
+def _lm(path: str) -> LmRun:
+    r = load_run(path)
+    if not isinstance(r, LmRun):
+        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an lm trace")
+    return r
+
+
+def _training(path: str) -> MlpRun | LmRun:
+    """An mlp or lm trace: the plots of training runs against a reference read both."""
+    r = load_run(path)
+    if not isinstance(r, (MlpRun, LmRun)):
+        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an mlp or lm trace")
+    return r
+
+
+def _rows(r: MlpRun | LmRun) -> tuple[str, list[str]]:
+    """What the per-layer columns of weight_rel_error (and the probes) are: mlp layers, or the
+    lm trace's parameters."""
+    if isinstance(r, LmRun):
+        return "parameter", r.param_names
+    return "layer", [str(i) for i in range(r.layers)]
+
+
+def _linears(r: MlpRun | LmRun) -> int:
+    return len(r.linear_names) if isinstance(r, LmRun) else r.layers
+
+
+def _weight_error(t: MlpRun | LmRun, run, layer: int = -1, param: str | None = None) -> tuple[np.ndarray, str]:
+    """The weight error plotted for a run, and what it is: an mlp's layer (the last by default);
+    an lm's whole model (weight_rel_error_total) or one named parameter. The mlp's last layer and
+    the lm's whole model answer different questions, which is why traces of the two workloads
+    are not overlaid."""
+    if isinstance(t, LmRun):
+        if layer != -1:
+            raise ValueError(f"{t.path}: an lm trace has parameters, not layers: name one with --param "
+                             f"({', '.join(t.param_names)})")
+        if param is None:
+            return run.weight_rel_error_total, "whole model"
+        if param not in t.param_names:
+            raise ValueError(f"{t.path}: no parameter {param!r} (parameters: {', '.join(t.param_names)})")
+        return run.weight_rel_error[:, t.param_names.index(param)], param
+    if param is not None:
+        raise ValueError(f"{t.path}: --param names an lm parameter; an mlp trace's layers are chosen with --layer")
+    return run.weight_rel_error[:, layer], "last layer" if layer == -1 else f"layer {layer}"
 
 
 def _trace_label(r, many: bool) -> str:
@@ -128,6 +178,98 @@ def plot_mlp(path: str, out: str, smooth: int = 20) -> None:
     _save(fig, out)
 
 
+def _quantized_steps(r: LmRun) -> np.ndarray:
+    """Steps trained in the recipes' own formats: before the BF16 switch (after it every recipe's
+    operands are BF16, whose NMSE would dilute the recipe's); all steps if none precede it."""
+    s = r.switch_to_bf16_step
+    keep = r.step < s if s is not None else np.ones(len(r.step), dtype=bool)
+    return keep if keep.any() else np.ones(len(r.step), dtype=bool)
+
+
+def lm_kind_nmse(r: LmRun, recipe: str, stat: str = "nmse") -> dict[str, np.ndarray]:
+    """Per linear kind, the mean of an operand statistic over the steps before the BF16 switch
+    and over the layers of that kind: a [3, 2] array (role fprop/dgrad/wgrad x operand)."""
+    keep = _quantized_steps(r)
+    return {k: v[keep].mean(axis=0) for k, v in r.operand_by_kind(recipe, stat).items()}
+
+
+def plot_lm(path: str, out: str, smooth: int = 20) -> None:
+    """An lm trace in four panels: the losses (raw per-batch values faint, trailing means of
+    `smooth` records solid; the source's loss floor and the unigram loss as horizontal lines),
+    the relative loss gap, the whole model's weight error against the reference on log-log axes
+    with its fitted growth exponent, and the operand NMSE per linear kind (bars: mean over the
+    six operands; markers: the three GEMM roles). A BF16 switch is a vertical line."""
+    _check_out(out)
+    r = _lm(path)
+    switch = r.switch_to_bf16_step
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    (a0, a1), (a2, a3) = axes
+    a0.plot(r.step, r.reference_loss, color="k", lw=0.4, alpha=0.3)
+    # the reference on top: the recipes' means would otherwise hide it where they agree with it
+    a0.plot(r.step, running_mean(r.reference_loss, smooth), color="k", lw=1.2, ls="--", label="reference (double)",
+            zorder=5)
+    for i, run in enumerate(r.runs):
+        c = f"C{i}"
+        a0.plot(r.step, run.loss, color=c, lw=0.4, alpha=0.3)
+        a0.plot(r.step, running_mean(run.loss, smooth), color=c, lw=1.1, label=run.name)
+        a1.plot(r.step, 100 * run.rel_loss_gap, color=c, lw=0.4, alpha=0.3)
+        a1.plot(r.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1.2,
+                label=f"{run.name} (tail gap {100 * run.tail_rel_loss_gap:+.3g}%)")
+        _growth_line(a2, r.compare_step.astype(float), run.weight_rel_error_total, c, run.name)
+    if np.isfinite(r.loss_floor_nats):
+        a0.axhline(r.loss_floor_nats, color="tab:green", lw=0.9, ls=":",
+                   label=f"loss floor of the source {r.loss_floor_nats:.3f}")
+    if np.isfinite(r.unigram_loss_nats):
+        a0.axhline(r.unigram_loss_nats, color="tab:gray", lw=0.9, ls="-.",
+                   label=f"unigram loss {r.unigram_loss_nats:.3f}")
+    a0.set(xlabel="step", ylabel="next-token cross-entropy [nats]",
+           title=f"loss (faint: per batch; solid: mean of {smooth} steps)")
+    a1.axhline(0, color="k", lw=0.5)
+    a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]", title="relative loss gap")
+    a2.set(xlabel="step", ylabel="||p - p_ref|| / ||p_ref||  (every parameter)",
+           title="whole-model weight error vs reference (fit dashed)")
+    if switch is not None:
+        for a in (a0, a1, a2):
+            if a is not a2 or switch > 0:   # step 0 has no place on a log axis
+                a.axvline(switch, color="tab:purple", lw=0.9, ls="--",
+                          label=f"switch to BF16 at step {switch}" if a is a0 else None)
+    _kind_bars(a3, r)
+    for a in axes.flat:
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=7)
+    m = r.model
+    fig.suptitle(f"fp4drift run (lm): {r.attrs.get('config_source', path)} - pattern {m.get('pattern', '?')}, "
+                 f"d_model {m.get('d_model', '?')}, vocab {m.get('vocab', '?')}, {m.get('parameters', '?')} parameters, "
+                 f"{len(r.step)} steps, data {r.data}", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out)
+
+
+def _kind_bars(ax, r: LmRun) -> None:
+    kinds = r.kinds
+    runs = [run for run in r.runs if (run.operand_nmse > 0).any()]   # fp32 quantizes nothing
+    x = np.arange(len(kinds))
+    width = 0.8 / max(1, len(runs))
+    markers = ("o", "^", "s")
+    for j, run in enumerate(runs):
+        c = f"C{r.runs.index(run)}"
+        means = lm_kind_nmse(r, run.name)
+        xs = x - 0.4 + width * (j + 0.5)
+        bars = np.array([means[k].mean() for k in kinds])
+        ax.bar(xs, np.where(bars > 0, bars, np.nan), width=width, color=c, alpha=0.6, label=run.name)
+        for role in range(3):
+            v = np.array([means[k][role].mean() for k in kinds])
+            ax.scatter(xs, np.where(v > 0, v, np.nan), color=c, edgecolor="k", lw=0.4, s=18, marker=markers[role],
+                       zorder=3, label=OPERAND_ROLES[role] if j == 0 else None)
+    skipped = [run.name for run in r.runs if run not in runs]
+    ax.set_yscale("log")
+    ax.set_xticks(x, kinds)
+    steps = "steps before the BF16 switch" if r.switch_to_bf16_step is not None else "all steps"
+    ax.set(xlabel="linear kind" + (f"  (not quantized: {', '.join(skipped)})" if skipped else ""),
+           ylabel=f"operand NMSE, mean over layers and {steps}",
+           title="operand quantization error per linear kind")
+
+
 def _loss_label(r: MlpRun) -> str:
     task = r.config.get("mlp", {}).get("task", "regression")
     return "loss: cross-entropy [nats]" if task == "classification" else "loss: 0.5 mean squared error"
@@ -141,14 +283,20 @@ def plot_runs(paths: list[str], out: str) -> None:
         return np.where(v > 0, v, np.nan)
 
     _check_out(out)
-    if len(paths) == 1 and isinstance(load_run(paths[0]), MlpRun):
-        plot_mlp(paths[0], out)
-        return
+    if len(paths) == 1:
+        first = load_run(paths[0])
+        if isinstance(first, MlpRun):
+            plot_mlp(paths[0], out)
+            return
+        if isinstance(first, LmRun):
+            plot_lm(paths[0], out)
+            return
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, path in enumerate(paths):
         r = load_run(path)
-        if isinstance(r, MlpRun):
-            raise SchemaError(f"{path}: an mlp trace; plot one at a time, or overlay mlp traces with `compare`")
+        if isinstance(r, (MlpRun, LmRun)):
+            raise SchemaError(f"{path}: an {_kind(r)} trace; plot one at a time, or overlay {_kind(r)} traces "
+                              "with `compare`")
         color = f"C{i}"
         scale = np.where(r.exact != 0, np.abs(r.exact), 1.0)
         if r.options.get("rounding") == "sr" and r.error.shape[1] > 1:
@@ -167,9 +315,15 @@ def plot_runs(paths: list[str], out: str) -> None:
     _save(fig, out)
 
 
-def _mlp_pairs(paths: list[str], recipes: list[str] | None):
-    """(label, trace, run) for every recipe (or the named ones) of every mlp trace."""
-    traces = [_mlp(p) for p in paths]
+def _run_pairs(paths: list[str], recipes: list[str] | None):
+    """(label, trace, run) for every recipe (or the named ones) of every mlp trace, or of every
+    lm trace: the two are not mixed (their loss and weight error are different quantities)."""
+    traces = [_training(p) for p in paths]
+    kinds = {_kind(t) for t in traces}
+    if len(kinds) > 1:
+        raise SchemaError(f"a mix of mlp and lm traces ({', '.join(paths)}): their losses and weight errors "
+                          "(an mlp's last layer, an lm's whole model) are different quantities; give traces of "
+                          "one workload")
     many = len(traces) > 1
     pairs = []
     for t in traces:
@@ -185,19 +339,21 @@ def _mlp_pairs(paths: list[str], recipes: list[str] | None):
 
 
 def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, layer: int = -1,
-                method: str = "ols") -> None:
+                method: str = "ols", param: str | None = None) -> None:
     """Weight error against the reference vs step on log-log axes, one line per (trace, recipe),
-    each with its fitted power law (dashed) and exponent with 95% CI in the legend."""
+    each with its fitted power law (dashed) and exponent with 95% CI in the legend. mlp traces:
+    the `layer` (the last by default); lm traces: the whole model, or the parameter `param`."""
     _check_out(out)
-    pairs = _mlp_pairs(paths, recipes)
+    pairs = _run_pairs(paths, recipes)
     for label, t, run in pairs:   # an index past the layers was an IndexError traceback
-        if not -t.layers <= layer < t.layers:
+        if isinstance(t, MlpRun) and not -t.layers <= layer < t.layers:
             raise ValueError(f"{label}: layer {layer} does not exist ({t.layers} layers: 0..{t.layers - 1}, "
                              "or -1 for the last)")
+    series = [_weight_error(t, run, layer, param) for _, t, run in pairs]   # refuses before drawing
     fig, ax = plt.subplots(figsize=(8, 5))
-    for i, (label, t, run) in enumerate(pairs):
-        _growth_line(ax, t.compare_step.astype(float), run.weight_rel_error[:, layer], f"C{i % 10}", label, method)
-    which = "last layer" if layer == -1 else f"layer {layer}"
+    for i, ((label, t, run), (err, _)) in enumerate(zip(pairs, series)):
+        _growth_line(ax, t.compare_step.astype(float), err, f"C{i % 10}", label, method)
+    which = series[0][1]
     ax.set(xlabel="step", ylabel=f"||W - W_ref||_F / ||W_ref||_F  ({which})",
            title=f"weight error growth, fit error ~ step^b ({'OLS' if method == 'ols' else 'Newey-West HAC'} CI)")
     ax.grid(True, which="both", alpha=0.3)
@@ -209,9 +365,10 @@ def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, la
 def plot_heatmap(path: str, out: str, quantity: str = "weight_rel_error") -> None:
     """Per-layer heat map (layers x compare steps, log colour scale) of the weight error against
     the reference, or of another per-layer compare quantity (grad_rel_error, ...), one panel
-    per recipe on a shared colour scale."""
+    per recipe on a shared colour scale. An lm trace has one row per parameter."""
     _check_out(out)
-    r = _mlp(path)
+    r = _training(path)
+    what, rows = _rows(r)
     mats = []
     for run in r.runs:
         m = run.weight_rel_error if quantity == "weight_rel_error" else run.extra.get(quantity)
@@ -222,18 +379,19 @@ def plot_heatmap(path: str, out: str, quantity: str = "weight_rel_error") -> Non
     if pos.size == 0:
         raise ValueError(f"{path}: {quantity} has no positive finite value to plot on a log scale")
     norm = LogNorm(vmin=pos.min(), vmax=pos.max())
-    fig, axes = plt.subplots(len(mats), 1, figsize=(9, 1.2 + 0.45 * r.layers * len(mats)), squeeze=False,
-                             sharex=True)
+    row_h = 0.45 if what == "layer" else 0.22
+    fig, axes = plt.subplots(len(mats), 1, figsize=(9, 1.2 + row_h * len(rows) * len(mats)), squeeze=False,
+                             sharex=True, gridspec_kw={"left": 0.1 if what == "layer" else 0.2})   # room for names
     cs = r.compare_step
     for ax, run, m in zip(axes[:, 0], r.runs, mats):
         im = ax.imshow(np.where(m > 0, m, np.nan).T, aspect="auto", origin="lower", norm=norm, cmap="viridis",
-                       extent=(cs[0] - 0.5, cs[-1] + 0.5, -0.5, r.layers - 0.5), interpolation="nearest")
-        ax.set_yticks(range(r.layers))
-        ax.set_ylabel(f"{run.name}\nlayer")
+                       extent=(cs[0] - 0.5, cs[-1] + 0.5, -0.5, len(rows) - 0.5), interpolation="nearest")
+        ax.set_yticks(range(len(rows)), rows, fontsize=8 if what == "layer" else 6)
+        ax.set_ylabel(f"{run.name}\n{what}")
     axes[-1, 0].set_xlabel("step")
     unit = "||W - W_ref||_F / ||W_ref||_F" if quantity == "weight_rel_error" else quantity
     fig.colorbar(im, ax=axes[:, 0].tolist(), label=unit)
-    fig.suptitle(f"per-layer {quantity}: {r.attrs.get('config_source', path)}", fontsize=10)
+    fig.suptitle(f"per-{what} {quantity}: {r.attrs.get('config_source', path)}", fontsize=10)
     _save(fig, out)
 
 
@@ -242,14 +400,15 @@ STAT_LABELS = {"nmse": "NMSE = sum (x_hat - x)^2 / sum x^2", "clipped_fraction":
 
 
 def plot_stats(path: str, out: str, smooth: int = 1) -> None:
-    """Quantization-statistic histories of an mlp trace: per statistic a panel, one line per
-    (recipe, GEMM role), the mean over the quantized operands of that role (all layers)."""
+    """Quantization-statistic histories of an mlp or lm trace: per statistic a panel, one line
+    per (recipe, GEMM role), the mean over the quantized operands of that role (all layers; an
+    lm trace's per-kind view is plot_lm's last panel)."""
     _check_out(out)
-    r = _mlp(path)
+    r = _training(path)
     keys = ["nmse"] + [k for k in ("clipped_fraction", "underflow_fraction", "zero_scale_fraction")
                        if all(f"operand_{k}" in run.extra for run in r.runs)]
     fig, axes = plt.subplots(len(keys), 1, figsize=(9, 2.6 * len(keys)), sharex=True, squeeze=False)
-    slots = np.arange(6 * r.layers)
+    slots = np.arange(6 * _linears(r))
     role_of = (slots % 6) // 2
     styles = ("-", "--", ":")
     for ax, key in zip(axes[:, 0], keys):
@@ -278,24 +437,26 @@ def plot_stats(path: str, out: str, smooth: int = 1) -> None:
 def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, smooth: int = 20) -> None:
     """Overlay several traces: sum/dot traces as in plot_runs; mlp traces (e.g. RN vs SR, RHT on
     and off, or one config against an ablation) by relative loss gap and last-layer weight
-    error with fitted exponents, one line per (trace, recipe)."""
+    error with fitted exponents, one line per (trace, recipe); lm traces the same with the
+    whole model's weight error."""
     _check_out(out)
     loaded = [load_run(p) for p in paths]
     if all(isinstance(t, SumDotRun) for t in loaded):
         plot_runs(paths, out)
         return
-    if not all(isinstance(t, MlpRun) for t in loaded):
-        raise SchemaError("compare: mix of mlp and sum/dot traces; compare traces of one kind")
-    pairs = _mlp_pairs(paths, recipes)
+    if any(isinstance(t, SumDotRun) for t in loaded):
+        raise SchemaError("compare: mix of training (mlp/lm) and sum/dot traces; compare traces of one kind")
+    pairs = _run_pairs(paths, recipes)
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(13, 5))
     for i, (label, t, run) in enumerate(pairs):
         c = f"C{i % 10}"
         a0.plot(t.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1, label=label)
-        _growth_line(a1, t.compare_step.astype(float), run.weight_rel_error[:, -1], c, label)
+        _growth_line(a1, t.compare_step.astype(float), _weight_error(t, run)[0], c, label)
     a0.axhline(0, color="k", lw=0.5)
     a0.set(xlabel="step", ylabel=f"(loss - loss_ref) / loss_ref  [%], mean of {smooth} steps",
            title="relative loss gap")
-    a1.set(xlabel="step", ylabel="||W - W_ref||_F / ||W_ref||_F (last layer)", title="weight error (fit dashed)")
+    which = _weight_error(pairs[0][1], pairs[0][2])[1]
+    a1.set(xlabel="step", ylabel=f"||W - W_ref||_F / ||W_ref||_F ({which})", title="weight error (fit dashed)")
     for a in (a0, a1):
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=7)
@@ -305,19 +466,26 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
 
 
 def ablation_table(paths: list[str], window: int = 50) -> list[tuple[str, float, float, float]]:
-    """(label, final relative loss gap (mean of the last `window` steps), final last-layer weight
-    error, growth exponent) per (trace, recipe)."""
+    """(label, final relative loss gap, final weight error, growth exponent) per (trace, recipe).
+    mlp: the mean of the last `window` steps' gaps and the last layer's weight error. lm: the gap
+    of the last `window` steps' mean losses, as the trace's tail_rel_loss_gap is read (equal to it
+    for window = records / 10; a per-batch gap is noisy), and the whole model's weight error."""
     rows = []
-    for label, t, run in _mlp_pairs(paths, None):
+    for label, t, run in _run_pairs(paths, None):
         w = min(window, len(run.rel_loss_gap))
-        rows.append((label, float(np.mean(run.rel_loss_gap[-w:])), float(run.weight_rel_error[-1, -1]),
-                     run.growth_exponent))
+        if isinstance(t, LmRun):
+            ref = np.mean(t.reference_loss[-w:])
+            gap = (np.mean(run.loss[-w:]) - ref) / ref
+        else:
+            gap = np.mean(run.rel_loss_gap[-w:])
+        err = _weight_error(t, run)[0]
+        rows.append((label, float(gap), float(err[-1]) if len(err) else np.nan, run.growth_exponent))
     return rows
 
 
 def plot_ablation(paths: list[str], out: str, window: int = 50) -> None:
-    """Ablation bars: per (trace, recipe) the final relative loss gap and the final last-layer
-    weight error, sorted by loss gap."""
+    """Ablation bars: per (trace, recipe) the final relative loss gap and the final weight error
+    (an mlp's last layer, an lm's whole model), sorted by loss gap."""
     _check_out(out)
     rows = sorted(ablation_table(paths, window), key=lambda r: r[1])
     y = np.arange(len(rows))
@@ -332,7 +500,8 @@ def plot_ablation(paths: list[str], out: str, window: int = 50) -> None:
     a1.barh(y, [r[2] for r in rows], color="tab:blue")
     for yi, r in zip(y, rows):
         a1.text(r[2], yi, f" {r[2]:.3g} (b = {r[3]:.2f})", va="center", fontsize=8)
-    a1.set_xlabel("final last-layer ||W - W_ref||_F / ||W_ref||_F  (growth exponent b)")
+    which = "whole-model" if isinstance(load_run(paths[0]), LmRun) else "last-layer"
+    a1.set_xlabel(f"final {which} ||W - W_ref||_F / ||W_ref||_F  (growth exponent b)")
     for a in (a0, a1):
         a.grid(axis="x", alpha=0.3)
     fig.suptitle("ablation: " + ", ".join(Path(p).name for p in paths), fontsize=10)
