@@ -5,7 +5,11 @@ arrays, the swept parameters as columns, and each run's trace through `load_run`
     from fp4drift_analysis.sweep import load_sweep
     s = load_sweep("out/sweep/sweep.h5")
     s.params["mlp.lr"], s.summary["status"], s.recipes["final_loss"]   # aligned arrays
-    s.run(0)                                                           # MlpRun / SumDotRun
+    s.run(0)                                                           # MlpRun / LmRun / SumDotRun
+
+`recipes` holds every column the index has, so the lm rows' tail_loss and tail_rel_loss_gap
+(the gap to read: an lm's final_rel_loss_gap is one noisy batch's) come with them; an lm row's
+final_weight_rel_error is the whole model's, an mlp row's the last layer's.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ class Sweep:
     attrs: dict                                   # root: status, counts, sweep file text, provenance
     summary: dict[str, np.ndarray]                # one entry per run (index, id, status, wall_s, ...)
     params: dict[str, np.ndarray]                 # per swept key, one value per run
-    recipes: dict[str, np.ndarray] = field(default_factory=dict)  # mlp: one row per (run, recipe)
+    recipes: dict[str, np.ndarray] = field(default_factory=dict)  # mlp, lm: one row per (run, recipe)
 
     @property
     def ids(self) -> list[str]:
