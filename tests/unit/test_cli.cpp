@@ -339,7 +339,7 @@ TEST_CASE("run: bad configs and options are refused with one line naming the pro
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nformat = \"fp64\"\n", "sum.format"},
       {"workload = \"sum\"\n[sum]\nn = 10\nterms = \"constant\"\nruns = 4\n", "only makes sense with rounding = \"sr\""},
       {"workload = \"sum\"\n[sum]\nn = \"ten\"\nterms = \"constant\"\n", "'sum.n' must be an integer, got a string"},
-      {"workload = \"sums\"\n", "must be sum, dot or mlp"},
+      {"workload = \"sums\"\n", "must be sum, dot, mlp or lm"},
       {"[sum]\nn = 1\n", "missing key 'workload'"},
   };
   for (const auto& [text, want] : cases) {
