@@ -210,7 +210,7 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--gemm-size", {"gemm-cuda"}},
       {"--width", {"mlp-ref", "mlp-cuda"}},
       {"--batch", {"mlp-ref", "mlp-cuda"}},
-      {"--config", {"mlp-cuda"}},
+      {"--config", {"mlp-cuda", "lm-ref"}},
       {"--steps", {"mlp-cuda", "lm-cuda"}},
       {"--sizes", {"gemm-ref"}},
       {"--rows", {"quantize-cuda", "quantize-dual-cuda"}},
@@ -218,13 +218,13 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--dtype", {"quantize-cuda"}},
       {"--log2-elements", {"quantize"}},
       {"--threads", {"quantize", "gemm-ref"}},
-      {"--repeat", {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda", "gemm-cuda", "mlp-ref"}},
+      {"--repeat", {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda", "gemm-cuda", "mlp-ref", "lm-ref"}},
       {"--cases", {"quantize"}},
   };
   static const std::vector<std::string> known = {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda",
-                                                 "gemm-cuda", "mlp-ref", "mlp-cuda", "lm-cuda"};
+                                                 "gemm-cuda", "mlp-ref", "mlp-cuda", "lm-ref", "lm-cuda"};
   if (std::find(known.begin(), known.end(), a.what) == known.end())
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-cuda)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-ref, lm-cuda)");
   for (const auto& [option, benchmarks] : owners) {
     if (!given(option) || std::find(benchmarks.begin(), benchmarks.end(), a.what) != benchmarks.end()) continue;
     std::string list;
@@ -247,6 +247,8 @@ int run_bench(const BenchArgs& a, const Given& given) {
   if (a.what == "quantize-cuda") return cuda_bench([&] { return run_bench_quantize_cuda(a); });
   if (a.what == "gemm-cuda") return cuda_bench([&] { return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json); });
   if (a.what == "mlp-ref") return run_bench_mlp_ref(a.mlp_width, a.mlp_batch, 3, a.repeat, a.json);
+  if (a.what == "lm-ref")
+    return run_bench_lm_ref(given("--config") ? a.mlp_config : "data/configs/lm-quick.toml", a.repeat, a.json);
   if (a.what == "mlp-cuda")
     return cuda_bench([&] {
       return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096,
@@ -257,7 +259,7 @@ int run_bench(const BenchArgs& a, const Given& given) {
   if (a.what == "quantize-dual-cuda")
     return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json); });
   if (a.what != "quantize")
-    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-cuda)");
+    throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-ref, lm-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
   const std::int64_t n = std::int64_t{1} << a.log2_elements;
   GeneratorSpec g;
@@ -357,13 +359,13 @@ int run_bench(const BenchArgs& a, const Given& given) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref | mlp-cuda | lm-cuda")->capture_default_str();
+  app.add_option("what", a->what, "Benchmark: quantize | gemm-ref | quantize-cuda | quantize-dual-cuda | gemm-cuda | mlp-ref | mlp-cuda | lm-ref | lm-cuda")->capture_default_str();
   app.add_option("--gemm-size", a->gemm_size, "gemm-cuda: M = N = K")->capture_default_str();
   app.add_option("--width", a->mlp_width, "mlp-ref, mlp-cuda: layer width (mlp-cuda default 4096)")->capture_default_str()
       ->each([a](const std::string&) { a->width_set = true; });
   app.add_option("--batch", a->mlp_batch, "mlp-ref, mlp-cuda: batch (mlp-cuda default 4096)")->capture_default_str()
       ->each([a](const std::string&) { a->batch_set = true; });
-  app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config")->capture_default_str();
+  app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config; lm-ref: an lm config (default data/configs/lm-quick.toml)")->capture_default_str();
   app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10); lm-cuda: timed steps per recipe (default 20)")
       ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');

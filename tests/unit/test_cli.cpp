@@ -601,6 +601,20 @@ TEST_CASE("bench mlp-ref runs and reports the fraction of Eigen's double GEMM ra
   CHECK(run("bench mlp-ref --width 4").status == 2);
 }
 
+TEST_CASE("bench lm-ref times the reference and every recipe's CPU step of an lm config") {
+  const Result r = run("bench lm-ref --repeat 1 --json", FP4DRIFT_SOURCE_DIR);  // default: data/configs/lm-quick.toml
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["parameters"] == 82240);  // lm-quick's model: lm_params of d 64, AFAF, vocab 64, untied
+  CHECK(j["reference_ms"].get<double>() > 0);
+  REQUIRE(j["runs"].size() == 2);
+  CHECK(j["runs"][0]["recipe"] == "nvfp4");
+  const Result bad = run("bench lm-ref --config " FP4DRIFT_SOURCE_DIR "/data/configs/mlp-quick.toml");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("not an lm config") != std::string::npos);
+  CHECK(run("bench lm-ref --width 64").status == 2);  // another benchmark's option
+}
+
 TEST_CASE("run mlp: a diverging run is reported as such, with the step") {
   TempDir d;
   // SGD with lr = 100 on this MSE problem multiplies the weights' error by far more than 1 per
