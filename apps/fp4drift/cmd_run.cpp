@@ -145,12 +145,52 @@ void print_mlp(const MlpRunSpec& spec, const std::string& config_source, const M
   std::printf("wrote %s\n", out.c_str());
 }
 
-int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
-  const Backend& backend = select_backend(a.backend);
-  if (a.out.empty()) throw UsageError("workload 'mlp' needs --out FILE: the trace is the run's result");
+// Restores the default SIGINT/SIGTERM actions when it goes out of scope, however the run ends.
+struct StopSignals {
+  StopSignals() {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+};
+
+// What a long run (mlp, lm) needs of --out and --resume, checked before anything is read.
+void check_long_run_output(const RunArgs& a, const std::string& workload) {
+  if (a.out.empty()) throw UsageError("workload '" + workload + "' needs --out FILE: the trace is the run's result");
   if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
   if (!a.resume && std::filesystem::exists(a.out))
     throw UsageError(a.out + " exists: use --resume to continue that run, or another --out");
+}
+
+// The device trainers as the command line asks: --cuda-graphs, and a recipe that cannot stay
+// resident said on stderr (unless --json).
+TrainerOptions trainer_options(const RunArgs& a) {
+  TrainerOptions t;
+  t.cuda_graphs = a.cuda_graphs == "on";
+  if (!a.json)
+    t.on_host_fallback = [](const std::string& recipe, const std::string& why) {
+      std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
+                   recipe.c_str(), why.c_str());
+    };
+  return t;
+}
+
+int interrupted_exit(const std::string& out) {
+  std::fprintf(stderr, "fp4drift: interrupted: %s holds every step up to its last checkpoint; continue with --resume\n",
+               out.c_str());
+  return 130;
+}
+
+void print_note(const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); }
+
+int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
+  const Backend& backend = select_backend(a.backend);
+  check_long_run_output(a, "mlp");
   const MlpRunSpec spec = parse_mlp_run(cfg, a.steps);
   cfg.finish();
   MlpRunControl ctl;
@@ -163,31 +203,20 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.backend_is_device = backend.is_device();
   ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
-  ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };
+  ctl.note = print_note;
   if (backend.is_device()) {
     ctl.product = backend.gemm_product({});
-    TrainerOptions t;
-    t.cuda_graphs = a.cuda_graphs == "on";
-    if (!a.json)
-      t.on_host_fallback = [](const std::string& recipe, const std::string& why) {
-        std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
-                     recipe.c_str(), why.c_str());
-      };
-    ctl.trainer = backend.trainer_factory(t);
+    ctl.trainer = backend.trainer_factory(trainer_options(a));
   }
   Progress progress;
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
   MlpRunSummary summary;
-  const MlpRunOutcome outcome = run_mlp(spec, ctl, &summary);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  if (outcome == MlpRunOutcome::Interrupted) {
-    std::fprintf(stderr, "fp4drift: interrupted: %s holds every step up to its last checkpoint; continue with --resume\n",
-                 a.out.c_str());
-    return 130;
+  bool interrupted = false;
+  {
+    const StopSignals signals;
+    interrupted = run_mlp(spec, ctl, &summary) == MlpRunOutcome::Interrupted;
   }
+  if (interrupted) return interrupted_exit(a.out);
   if (a.json) json_mlp(spec, summary);
   else print_mlp(spec, cfg.source(), summary, a.out);
   return 0;
@@ -238,10 +267,7 @@ void print_lm(const LmRunSpec& spec, const std::string& config_source, const LmR
 
 int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
   const Backend& backend = select_backend(a.backend);
-  if (a.out.empty()) throw UsageError("workload 'lm' needs --out FILE: the trace is the run's result");
-  if (a.resume && !std::filesystem::exists(a.out)) throw UsageError("--resume: " + a.out + " does not exist");
-  if (!a.resume && std::filesystem::exists(a.out))
-    throw UsageError(a.out + " exists: use --resume to continue that run, or another --out");
+  check_long_run_output(a, "lm");
   if (a.concurrent_runs != "auto")
     throw UsageError("--concurrent-runs: the lm workload steps its runs in turn, beside the reference's thread");
   const LmRunSpec spec = parse_lm_run(cfg, a.steps);
@@ -254,46 +280,22 @@ int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_li
   ctl.resume = a.resume;
   ctl.backend = a.backend;
   ctl.stop = &g_stop;
-  ctl.note = [](const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); };
-  TrainerOptions t;
-  t.cuda_graphs = a.cuda_graphs == "on";
-  if (!a.json)
-    t.on_host_fallback = [](const std::string& recipe, const std::string& why) {
-      std::fprintf(stderr, "fp4drift run: recipe %s is not GPU-resident (%s): host quantization, GPU GEMMs\n",
-                   recipe.c_str(), why.c_str());
-    };
-  ctl.trainer = backend.lm_trainer_factory(t);
+  ctl.note = print_note;
+  ctl.trainer = backend.lm_trainer_factory(trainer_options(a));
   Progress progress;
   if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t n) { progress(d, n); };
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
   LmRunSummary summary;
-  const LmRunOutcome outcome = run_lm(spec, ctl, &summary);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  if (outcome == LmRunOutcome::Interrupted) {
-    std::fprintf(stderr, "fp4drift: interrupted: %s holds every step up to its last checkpoint; continue with --resume\n",
-                 a.out.c_str());
-    return 130;
+  bool interrupted = false;
+  {
+    const StopSignals signals;
+    interrupted = run_lm(spec, ctl, &summary) == LmRunOutcome::Interrupted;
   }
+  if (interrupted) return interrupted_exit(a.out);
   if (a.json) json_lm(spec, summary);
   else print_lm(spec, cfg.source(), summary, a.out);
   return 0;
 }
 
-// Restores the default SIGINT/SIGTERM actions when it goes out of scope, however the run ends.
-struct StopSignals {
-  StopSignals() {
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-};
 
 // A sum/dot run: short, and written whole as OUT.partial renamed when complete. SIGINT or
 // SIGTERM stops it within a few thousand terms (SumDotInterrupted), and the trace's

@@ -341,10 +341,6 @@ ProbeResult local_error(const LmSpec& model, const std::vector<std::vector<float
 }
 
 
-struct RunProgress {
-  std::int64_t durable_step = 0;
-  bool stepped = false;
-};
 
 // One run of the workload from its checkpoint on.
 class LmRun {
@@ -473,26 +469,14 @@ class LmRun {
   // A flush point: the rows first, durable (trace and journal); then the checkpoint that
   // counts them.
   void checkpoint(std::int64_t step, std::vector<LmState<float>>& states) {
-    trace_.commit(*journal_);
-    journal_->sync();
-    trace_.sync();
-    CheckpointMark m = mark_;
-    m.step = step;
-    m.records = trace_.records();
-    m.compares = trace_.compares();
-    m.digests = trace_.digests();
-    m.journal_length = journal_->length();
-    m.journal_digest = journal_->digest();
+    const CheckpointMark m = commit_durably(trace_, *journal_, mark_, step);
     write_checkpoint_file(ctl_.path, m, [&](h5::Group g, Fnv1a64* d) { write_lm_states(g, ref_, states, d); });
     progress_.durable_step = m.step;
     if (m.step == spec_.steps) final_states_.emplace(ref_, std::move(states));
   }
 
   LmRunOutcome stop() {
-    trace_.commit(*journal_);
-    journal_->sync();
-    trace_.set_status("interrupted");
-    trace_.sync();
+    mark_interrupted(trace_, *journal_);
     return LmRunOutcome::Interrupted;
   }
 
@@ -501,9 +485,7 @@ class LmRun {
     if (!final_states_) throw std::logic_error("lm run: no checkpoint at the last step");
     const LmRunSummary s = trace_.finish(final_states_->first, final_states_->second);
     journal_.reset();
-    std::filesystem::remove(checkpoint_path(ctl_.path));
-    std::filesystem::remove(journal_path(ctl_.path));
-    sync_directory_of(ctl_.path);
+    remove_resume_files(ctl_.path);
     if (summary) *summary = s;
   }
 
@@ -552,33 +534,10 @@ LmRunOutcome run_lm_checked(const LmRunSpec& spec, const LmRunControl& ctl, LmRu
   ref.step = start;
   for (auto& s : lp) s.step = start;
   RunProgress progress{start, false};
-  try {
+  return run_guarded(trace, ctl.path, ctl.resume, progress, [&] {
     LmRun run(spec, ctl, mark, trace, journal, ref, progress);
     return run.run(lp, summary);
-  } catch (const h5::DiskFull& e) {
-    try {
-      trace.set_status("failed");
-      trace.flush();
-    } catch (...) {
-    }
-    throw h5::DiskFull(std::string(e.what()) + "; " + ctl.path + " keeps every step up to its checkpoint at step " +
-                       std::to_string(progress.durable_step) + ": free some space and continue with --resume");
-  } catch (...) {
-    if (!ctl.resume && !progress.stepped) {  // set-up failed: as if never created
-      try {
-        trace.close();
-      } catch (...) {
-      }
-      remove_run_files(ctl.path, {"", ".ckpt", ".rows"});
-      throw;
-    }
-    try {
-      trace.set_status("failed");
-      trace.flush();
-    } catch (...) {
-    }
-    throw;
-  }
+  });
 }
 
 }  // namespace
@@ -586,9 +545,8 @@ LmRunOutcome run_lm_checked(const LmRunSpec& spec, const LmRunControl& ctl, LmRu
 LmRunOutcome run_lm(const LmRunSpec& spec, const LmRunControl& ctl, LmRunSummary* summary) {
   try {
     return run_lm_checked(spec, ctl, summary);
-  } catch (const ResumeRefused& e) {
-    throw ResumeRefused("--resume: " + ctl.path + " cannot be continued: " + e.what() + "; it is left as it was (remove " +
-                        ctl.path + " and its .ckpt and .rows files to start the run again)");
+  } catch (const ResumeRefused& e) {  // one line that says what was refused and what to do
+    rethrow_resume_refused(ctl.path, e);
   }
 }
 

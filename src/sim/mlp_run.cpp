@@ -329,12 +329,6 @@ void create_mlp_run_files(const MlpRunSpec& spec, const MlpRunControl& ctl, cons
 }
 
 
-// How far a run got, for the error path: the step of the checkpoint on disk, and whether any
-// step was taken (a fresh run that fails before its first step made nothing worth keeping).
-struct RunProgress {
-  std::int64_t durable_step = 0;
-  bool stepped = false;
-};
 
 // What the reference's side gives a record once it has caught up with its step.
 template <class Ref>
@@ -615,16 +609,7 @@ class MlpRun {
   // A flush point: the rows first, durable (trace and journal); then the checkpoint that
   // counts them.
   void checkpoint(std::int64_t step, MlpState<Ref>& ref_state, std::vector<MlpState<float>>& states) {
-    trace_.commit(*journal_);
-    journal_->sync();
-    trace_.sync();
-    CheckpointMark m = mark_;
-    m.step = step;
-    m.records = trace_.records();
-    m.compares = trace_.compares();
-    m.digests = trace_.digests();
-    m.journal_length = journal_->length();
-    m.journal_digest = journal_->digest();
+    const CheckpointMark m = commit_durably(trace_, *journal_, mark_, step);
     write_checkpoint(ctl_.path, m, ref_state, states);
     progress_.durable_step = m.step;
     if (m.step == spec_.steps) final_states_.emplace(std::move(ref_state), std::move(states));
@@ -634,10 +619,7 @@ class MlpRun {
   // the checkpoint).
   MlpRunOutcome stop(std::int64_t s) {
     drain(false, s);
-    trace_.commit(*journal_);
-    journal_->sync();
-    trace_.set_status("interrupted");
-    trace_.sync();
+    mark_interrupted(trace_, *journal_);
     return MlpRunOutcome::Interrupted;
   }
 
@@ -649,9 +631,7 @@ class MlpRun {
     if (!final_states_) throw std::logic_error("mlp run: no checkpoint at the last step");
     const MlpRunSummary s = trace_.finish(final_states_->first, final_states_->second);
     journal_.reset();
-    std::filesystem::remove(checkpoint_path(ctl_.path));
-    std::filesystem::remove(journal_path(ctl_.path));
-    sync_directory_of(ctl_.path);
+    remove_resume_files(ctl_.path);
     if (summary) *summary = s;
   }
 
@@ -701,33 +681,10 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRu
   ref.step = start;
   for (auto& s : lp) s.step = start;
   RunProgress progress{start, false};
-  try {
+  return run_guarded(trace, ctl.path, ctl.resume, progress, [&] {
     MlpRun<Ref> run(spec, ctl, mark, trace, journal, ref, progress);
     return run.run(lp, summary);
-  } catch (const h5::DiskFull& e) {
-    try {
-      trace.set_status("failed");
-      trace.flush();
-    } catch (...) {
-    }
-    throw h5::DiskFull(std::string(e.what()) + "; " + ctl.path + " keeps every step up to its checkpoint at step " +
-                       std::to_string(progress.durable_step) + ": free some space and continue with --resume");
-  } catch (...) {
-    if (!ctl.resume && !progress.stepped) {  // set-up failed (a trainer, a GEMM workspace): as if never created
-      try {
-        trace.close();
-      } catch (...) {
-      }
-      remove_run_files(ctl.path, {"", ".ckpt", ".rows"});
-      throw;
-    }
-    try {
-      trace.set_status("failed");
-      trace.flush();
-    } catch (...) {
-    }
-    throw;
-  }
+  });
 }
 
 MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRunSummary* summary) {
@@ -743,8 +700,7 @@ MlpRunOutcome run_mlp(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRunSu
     return dispatch_mlp_precision(spec.reference_precision,
                                   [&](auto r) { return run_mlp_in<decltype(r)>(spec, ctl, summary); });
   } catch (const ResumeRefused& e) {  // one line that says what was refused and what to do
-    throw ResumeRefused("--resume: " + ctl.path + " cannot be continued: " + e.what() + "; it is left as it was (remove " +
-                        ctl.path + " and its .ckpt and .rows files to start the run again)");
+    rethrow_resume_refused(ctl.path, e);
   }
 }
 

@@ -243,13 +243,7 @@ void LmTrace::stage(const LmRecordRow& row) {
     t.rows.stage(d.grad_norm, std::vector<double>{x.grad_norm});
     t.rows.stage(d.clip, std::vector<double>{x.clip_factor});
     t.rows.stage(d.lost, x.lost_update_fraction);
-    std::vector<double> nmse, clip, under, zero;
-    for (const OperandRecord& o : x.operands) {
-      nmse.push_back(o.nmse), clip.push_back(o.clipped_fraction), under.push_back(o.underflow_fraction);
-      zero.push_back(o.zero_scale_fraction);
-    }
-    t.rows.stage(d.nmse, nmse), t.rows.stage(d.clipped, clip), t.rows.stage(d.underflow, under);
-    t.rows.stage(d.zero_scales, zero);
+    t.rows.stage_operands({d.nmse, d.clipped, d.underflow, d.zero_scales}, x.operands);
   }
   ++t.records;
 }

@@ -180,13 +180,7 @@ void MlpTrace::stage(const MlpRecordRow& row) {
     t.rows.stage(d.loss, std::vector<double>{x.loss});
     t.rows.stage(d.gap, std::vector<double>{x.rel_loss_gap});
     t.rows.stage(d.lost, x.lost_update_fraction);
-    std::vector<double> nmse, clip, under, zero;
-    for (const OperandRecord& o : x.operands) {
-      nmse.push_back(o.nmse), clip.push_back(o.clipped_fraction), under.push_back(o.underflow_fraction);
-      zero.push_back(o.zero_scale_fraction);
-    }
-    t.rows.stage(d.nmse, nmse), t.rows.stage(d.clipped, clip), t.rows.stage(d.underflow, under);
-    t.rows.stage(d.zero_scales, zero);
+    t.rows.stage_operands({d.nmse, d.clipped, d.underflow, d.zero_scales}, x.operands);
   }
   ++t.records;
 }

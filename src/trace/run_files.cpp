@@ -45,6 +45,12 @@ void create_run_files(const std::string& trace, const std::string& config_text,
   }
 }
 
+void remove_resume_files(const std::string& trace) {
+  std::filesystem::remove(checkpoint_path(trace));
+  std::filesystem::remove(journal_path(trace));
+  sync_directory_of(trace);
+}
+
 RowJournal reopen_journal(const std::string& trace, const CheckpointMark& mark) {
   try {
     return RowJournal::reopen(journal_path(trace), mark.run_id, mark.journal_length, mark.journal_digest);
@@ -53,6 +59,11 @@ RowJournal reopen_journal(const std::string& trace, const CheckpointMark& mark) 
   } catch (const std::runtime_error& e) {
     throw ResumeRefused(e.what());
   }
+}
+
+void rethrow_resume_refused(const std::string& path, const ResumeRefused& e) {
+  throw ResumeRefused("--resume: " + path + " cannot be continued: " + e.what() + "; it is left as it was (remove " + path +
+                      " and its .ckpt and .rows files to start the run again)");
 }
 
 }  // namespace fp4d

@@ -4,6 +4,7 @@
 // either whole or absent, and a resumed one either verified or refused unchanged.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -55,5 +56,80 @@ Trace open_verified_trace(const std::string& trace, const CheckpointMark& mark, 
   t.verify_and_truncate(mark);
   return t;
 }
+
+// A flush point: the staged rows committed and made durable (journal, then trace), and the mark
+// of a checkpoint that counts them at `step` (the caller writes it with the states). Trace:
+// commit(journal), sync(), records(), compares(), digests().
+template <class Trace>
+CheckpointMark commit_durably(Trace& trace, RowJournal& journal, const CheckpointMark& base, std::int64_t step) {
+  trace.commit(journal);
+  journal.sync();
+  trace.sync();
+  CheckpointMark m = base;
+  m.step = step;
+  m.records = trace.records();
+  m.compares = trace.compares();
+  m.digests = trace.digests();
+  m.journal_length = journal.length();
+  m.journal_digest = journal.digest();
+  return m;
+}
+
+// A stop (SIGINT/SIGTERM): every staged row reaches the trace and the journal, status
+// "interrupted" (a resume drops the rows after the checkpoint).
+template <class Trace>
+void mark_interrupted(Trace& trace, RowJournal& journal) {
+  trace.commit(journal);
+  journal.sync();
+  trace.set_status("interrupted");
+  trace.sync();
+}
+
+// A complete run needs its checkpoint and journal no more: both removed, the directory synced.
+void remove_resume_files(const std::string& trace);
+
+// How far a run got, for its error path: the step of the checkpoint on disk, and whether any
+// step was taken (a fresh run that fails before its first step made nothing worth keeping).
+struct RunProgress {
+  std::int64_t durable_step = 0;
+  bool stepped = false;
+};
+
+// Steps a run whose files exist (body()), and on failure leaves them as a user can act on: a
+// full disk marks the trace "failed" and says what it keeps and how to continue; a fresh run
+// that fails before its first step (a trainer, a GEMM workspace) is removed as if never
+// created; anything else marks the trace "failed". The exception goes on.
+template <class Trace, class Body>
+auto run_guarded(Trace& trace, const std::string& path, bool resume, const RunProgress& progress, Body body)
+    -> decltype(body()) {
+  const auto mark_failed = [&] {
+    try {
+      trace.set_status("failed");
+      trace.flush();
+    } catch (...) {
+    }
+  };
+  try {
+    return body();
+  } catch (const h5::DiskFull& e) {
+    mark_failed();
+    throw h5::DiskFull(std::string(e.what()) + "; " + path + " keeps every step up to its checkpoint at step " +
+                       std::to_string(progress.durable_step) + ": free some space and continue with --resume");
+  } catch (...) {
+    if (!resume && !progress.stepped) {
+      try {
+        trace.close();
+      } catch (...) {
+      }
+      remove_run_files(path, {"", ".ckpt", ".rows"});
+      throw;
+    }
+    mark_failed();
+    throw;
+  }
+}
+
+// A refused resume as one line: what was refused, that nothing changed, what to do instead.
+[[noreturn]] void rethrow_resume_refused(const std::string& path, const ResumeRefused& e);
 
 }  // namespace fp4d

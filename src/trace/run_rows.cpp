@@ -32,6 +32,15 @@ void RunRows::stage(Id id, const std::vector<std::int64_t>& row) {
   v.insert(v.end(), row.begin(), row.end());
 }
 
+void RunRows::stage_operands(const OperandIds& ids, const std::vector<OperandRecord>& operands) {
+  std::vector<double> nmse, clipped, underflow, zero;
+  for (const OperandRecord& o : operands) {
+    nmse.push_back(o.nmse), clipped.push_back(o.clipped_fraction), underflow.push_back(o.underflow_fraction);
+    zero.push_back(o.zero_scale_fraction);
+  }
+  stage(ids.nmse, nmse), stage(ids.clipped, clipped), stage(ids.underflow, underflow), stage(ids.zero_scales, zero);
+}
+
 void RunRows::commit(RowJournal& journal) {
   for (Entry& e : entries_)
     visit(e, [&](auto& ds) {

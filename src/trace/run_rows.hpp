@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/trainer.hpp"  // OperandRecord
 #include "trace/h5.hpp"
 #include "trace/row_journal.hpp"
 #include "trace/run_checkpoint.hpp"
@@ -46,6 +47,13 @@ class RunRows {
   // Appends the journal's rows (its first `length` bytes) to these (new, empty) datasets.
   // ResumeRefused when the journal names a dataset not registered or has the wrong type for one.
   void replay(const RowJournal& journal, std::uint64_t length);
+
+  // The quantization statistics of a step's GEMM operands, one column per operand slot, into
+  // the four datasets of a run (nmse, clipped, underflow, zero-scale fractions).
+  struct OperandIds {
+    Id nmse, clipped, underflow, zero_scales;
+  };
+  void stage_operands(const OperandIds& ids, const std::vector<OperandRecord>& operands);
 
   const h5::Appendable<double>& doubles_at(Id id) const;
   const h5::Appendable<std::int64_t>& ints_at(Id id) const;
