@@ -157,17 +157,9 @@ LmTrace::LmTrace(LmTrace&&) noexcept = default;
 LmTrace& LmTrace::operator=(LmTrace&&) noexcept = default;
 LmTrace::~LmTrace() = default;
 
-namespace {
-void require_directory_of(const std::string& path) {
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent))
-    throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
-}
-}  // namespace
-
 void LmTrace::create(const LmRunSpec& spec, const LmRunControl& ctl, const LmTraceInfo& info, const std::string& file,
                      const std::string& run_id) {
-  require_directory_of(ctl.path);
+  require_output_directory(ctl.path);
   h5::File f = h5::File::create(file);
   write_root(f.root(), spec, ctl, info, run_id);
   Impl t(std::move(f), spec, true);
@@ -176,39 +168,19 @@ void LmTrace::create(const LmRunSpec& spec, const LmRunControl& ctl, const LmTra
 
 void LmTrace::rebuild(const LmRunSpec& spec, const LmRunControl& ctl, const LmTraceInfo& info, const CheckpointMark& m,
                       const RowJournal& journal) {
-  const std::string partial = ctl.path + ".partial";
-  {
-    require_directory_of(ctl.path);
-    h5::File f = h5::File::create(partial);
+  replace_trace_file(ctl.path, [&](h5::File f) {
     write_root(f.root(), spec, ctl, info, m.run_id);
     Impl t(std::move(f), spec, true);
     t.rows.replay(journal, m.journal_length);
     t.file.root().set_attr("rebuilt_at_step", m.step);
     t.file.sync();
-  }
-  std::filesystem::rename(partial, ctl.path);
-  sync_directory_of(ctl.path);
+  });
 }
 
-bool LmTrace::is_complete(const std::string& path) {
-  try {
-    return h5::File::open_read(path).root().get_attr_string("status") == "complete";
-  } catch (const h5::Error&) {
-    return false;
-  }
-}
+bool LmTrace::is_complete(const std::string& path) { return run_trace_is_complete(path); }
 
 LmTrace LmTrace::open(const LmRunSpec& spec, const LmRunControl& ctl) {
-  h5::File f = h5::File::open_rw(ctl.path);
-  h5::Group root = f.root();
-  if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != "lm")
-    throw std::invalid_argument("--resume: " + ctl.path + " is not an fp4drift lm run trace");
-  if (root.get_attr_string("config") != ctl.config_text)
-    throw std::invalid_argument("--resume: the config differs from the one " + ctl.path +
-                                " was started with (resuming would not continue the same run)");
-  if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + ctl.path + " is complete");
-  if (!root.has_attr("run_id")) throw std::invalid_argument("--resume: " + ctl.path + " has no run id: start it again");
-  return LmTrace(std::make_unique<Impl>(std::move(f), spec, false));
+  return LmTrace(std::make_unique<Impl>(open_run_trace(ctl.path, "lm", ctl.config_text), spec, false));
 }
 
 std::string LmTrace::run_id() const { return impl_->file.root().get_attr_string("run_id"); }

@@ -99,9 +99,7 @@ MlpTrace& MlpTrace::operator=(MlpTrace&&) noexcept = default;
 MlpTrace::~MlpTrace() = default;
 
 void MlpTrace::create(const MlpRunSpec& spec, const MlpRunControl& ctl, const std::string& file, const std::string& run_id) {
-  const auto parent = std::filesystem::path(ctl.path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent))
-    throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
+  require_output_directory(ctl.path);
   h5::File f = h5::File::create(file);
   write_root(f.root(), spec, ctl, run_id);
   Impl t(std::move(f), spec, true);
@@ -109,43 +107,19 @@ void MlpTrace::create(const MlpRunSpec& spec, const MlpRunControl& ctl, const st
 }
 
 void MlpTrace::rebuild(const MlpRunSpec& spec, const MlpRunControl& ctl, const CheckpointMark& m, const RowJournal& journal) {
-  const std::string partial = ctl.path + ".partial";
-  {
-    const auto parent = std::filesystem::path(ctl.path).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
-    h5::File f = h5::File::create(partial);
+  replace_trace_file(ctl.path, [&](h5::File f) {
     write_root(f.root(), spec, ctl, m.run_id);
     Impl t(std::move(f), spec, true);
     t.rows.replay(journal, m.journal_length);
     t.file.root().set_attr("rebuilt_at_step", m.step);
     t.file.sync();
-  }
-  std::filesystem::rename(partial, ctl.path);
-  sync_directory_of(ctl.path);
+  });
 }
 
-bool MlpTrace::is_complete(const std::string& path) {
-  try {
-    return h5::File::open_read(path).root().get_attr_string("status") == "complete";
-  } catch (const h5::Error&) {  // unreadable: the caller's checks say why
-    return false;
-  }
-}
+bool MlpTrace::is_complete(const std::string& path) { return run_trace_is_complete(path); }
 
 MlpTrace MlpTrace::open(const MlpRunSpec& spec, const MlpRunControl& ctl) {
-  h5::File f = h5::File::open_rw(ctl.path);
-  h5::Group root = f.root();
-  if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != "mlp")
-    throw std::invalid_argument("--resume: " + ctl.path + " is not an fp4drift mlp run trace");
-  if (root.get_attr_string("config") != ctl.config_text)
-    throw std::invalid_argument("--resume: the config differs from the one " + ctl.path +
-                                " was started with (resuming would not continue the same run)");
-  if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + ctl.path + " is complete");
-  if (!root.has_attr("run_id"))
-    throw std::invalid_argument("--resume: " + ctl.path + " has no run id (it was written by an fp4drift whose "
-                                "checkpoints could not be verified): start it again");
-  return MlpTrace(std::make_unique<Impl>(std::move(f), spec, false));
+  return MlpTrace(std::make_unique<Impl>(open_run_trace(ctl.path, "mlp", ctl.config_text), spec, false));
 }
 
 std::string MlpTrace::run_id() const { return impl_->file.root().get_attr_string("run_id"); }

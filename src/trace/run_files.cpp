@@ -3,12 +3,50 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 
 namespace fp4d {
 
 void remove_run_files(const std::string& trace, std::initializer_list<const char*> suffixes) {
   std::error_code ec;
   for (const char* s : suffixes) std::filesystem::remove(trace + s, ec);
+}
+
+void require_output_directory(const std::string& trace) {
+  const auto parent = std::filesystem::path(trace).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw std::invalid_argument("output directory '" + parent.string() + "' does not exist");
+}
+
+void replace_trace_file(const std::string& trace, const std::function<void(h5::File)>& fill) {
+  require_output_directory(trace);
+  const std::string partial = trace + ".partial";
+  fill(h5::File::create(partial));
+  std::filesystem::rename(partial, trace);
+  sync_directory_of(trace);
+}
+
+bool run_trace_is_complete(const std::string& path) {
+  try {
+    return h5::File::open_read(path).root().get_attr_string("status") == "complete";
+  } catch (const h5::Error&) {
+    return false;
+  }
+}
+
+h5::File open_run_trace(const std::string& path, const std::string& workload, const std::string& config_text) {
+  h5::File f = h5::File::open_rw(path);
+  const h5::Group root = f.root();
+  if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != workload)
+    throw std::invalid_argument("--resume: " + path + " is not an fp4drift " + workload + " run trace");
+  if (root.get_attr_string("config") != config_text)
+    throw std::invalid_argument("--resume: the config differs from the one " + path +
+                                " was started with (resuming would not continue the same run)");
+  if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + path + " is complete");
+  if (!root.has_attr("run_id"))
+    throw std::invalid_argument("--resume: " + path + " has no run id (it was written by an fp4drift whose "
+                                "checkpoints could not be verified): start it again");
+  return f;
 }
 
 void sync_directory_of(const std::string& path) {

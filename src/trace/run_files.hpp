@@ -16,6 +16,8 @@
 namespace fp4d {
 
 void remove_run_files(const std::string& trace, std::initializer_list<const char*> suffixes);
+// std::invalid_argument "output directory '...' does not exist" unless the trace's directory does.
+void require_output_directory(const std::string& trace);
 void sync_directory_of(const std::string& path);
 std::string new_run_id();  // 16 hex digits from std::random_device
 
@@ -26,6 +28,19 @@ std::string new_run_id();  // 16 hex digits from std::random_device
 void create_run_files(const std::string& trace, const std::string& config_text,
                       const std::function<void(const std::string&, const std::string&)>& create_trace,
                       const std::function<void(const CheckpointMark&)>& write_checkpoint);
+
+// Makes `trace` anew for a resume that found it torn: `fill` writes the new file (given as
+// trace.partial, created; it syncs what it wrote), which then replaces the old one and the
+// directory is synced.
+void replace_trace_file(const std::string& trace, const std::function<void(h5::File)>& fill);
+
+// Whether the run trace at `path` says it is complete (false when it cannot be read: the
+// caller's own checks say why).
+bool run_trace_is_complete(const std::string& path);
+
+// Opens a run trace to continue it: std::invalid_argument when it is not an fp4drift run trace
+// of `workload`, was started with another config, is complete, or has no run id.
+h5::File open_run_trace(const std::string& path, const std::string& workload, const std::string& config_text);
 
 // The journal as the checkpoint counts it, or ResumeRefused.
 RowJournal reopen_journal(const std::string& trace, const CheckpointMark& mark);
