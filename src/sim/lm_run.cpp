@@ -16,7 +16,9 @@
 #include "model/recipe_gemm.hpp"
 #include "sim/lm.hpp"
 #include "sim/lm_trainer.hpp"
+#include "sim/local_error.hpp"
 #include "sim/omp_threads.hpp"
+#include "sim/run_config.hpp"
 #include "trace/lm_trace.hpp"
 #include "trace/run_files.hpp"
 #include "trace/token_file.hpp"
@@ -148,17 +150,7 @@ void parse_data(Config& cfg, LmRunSpec& r) {
 }
 
 void parse_recipes(Config& cfg, LmRunSpec& r) {
-  r.recipes = cfg.get_strings("recipes.names", r.recipes);
-  cfg.require(!r.recipes.empty(), "recipes.names", "needs at least one recipe");
-  for (std::size_t i = 0; i < r.recipes.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      cfg.require(r.recipes[i] != r.recipes[j], "recipes.names", "lists '" + r.recipes[i] + "' twice");
-  r.edge_recipe = cfg.get_string("recipes.edge_recipe", r.edge_recipe);
-  try {
-    (void)gemm_recipe(r.edge_recipe);
-  } catch (const std::invalid_argument& e) {
-    cfg.require(false, "recipes.edge_recipe", e.what());
-  }
+  parse_recipe_names(cfg, r.recipes, r.edge_recipe);
   const auto blocks = static_cast<std::int64_t>(r.model.pattern.size());
   for (const std::int64_t b : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(b >= 0 && b < blocks, "recipes.high_precision_layers",
@@ -226,18 +218,11 @@ LmRunSpec parse_lm_run(Config& cfg, std::int64_t steps) {
   parse_model(cfg, r, steps);
   parse_data(cfg, r);
   parse_recipes(cfg, r);
-  r.reference_enabled = cfg.get_bool("reference.enabled", r.reference_enabled);
-  r.compare_every = cfg.get_int("reference.compare_every", r.compare_every);
-  cfg.require(r.compare_every >= 1, "reference.compare_every", "must be >= 1");
-  r.probe_draws = cfg.get_int("reference.probe_draws", r.probe_draws);
-  cfg.require(r.probe_draws >= 1 && r.probe_draws <= 1024, "reference.probe_draws", "must be in [1, 1024]");
+  parse_reference_cadence(cfg, r.reference_enabled, r.compare_every, r.probe_draws);
   const std::string precision = cfg.get_string("reference.precision", "double");
   cfg.require(precision == "double", "reference.precision",
               "must be double for the lm workload (its binary128 and mp256 references are the mlp's)");
-  r.trace_every = cfg.get_int("trace.every", r.trace_every);
-  cfg.require(r.trace_every >= 1, "trace.every", "must be >= 1");
-  r.flush_every = cfg.get_int("trace.flush_every", r.flush_every);
-  cfg.require(r.flush_every >= 1, "trace.flush_every", "must be >= 1");
+  parse_trace_cadence(cfg, r.trace_every, r.flush_every);
   return r;
 }
 
@@ -286,17 +271,6 @@ LmTraceInfo trace_info(const LmRunSpec& spec, const LmBatches& batches) {
   return info;
 }
 
-double rel_error(const std::vector<float>& a, const std::vector<double>& ref, double* num_out, double* den_out) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  *num_out += num, *den_out += den;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 struct ProbeResult {
   std::vector<double> cosine, rel, bias;
 };
@@ -313,29 +287,18 @@ ProbeResult local_error(const LmSpec& model, const std::vector<std::vector<float
   std::vector<std::vector<float>> gq;
   lm_loss_and_gradients<double>(model, pd, next.ids.data(), model.batch, nullptr, &g, step, LmPrecision{});
   lm_loss_and_gradients<float>(model, p, next.ids.data(), model.batch, gemm, &gq, step, precision);
-  std::vector<std::vector<double>> mean(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) mean[i].assign(gq[i].begin(), gq[i].end());
+  std::vector<std::vector<double>> sum(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) sum[i].assign(gq[i].begin(), gq[i].end());
   for (int d = 1; d < draws; ++d) {
-    const GemmFn other = [&, d](const GemmCall& c, const Matrix& a, const Matrix& b) {
-      GemmCall moved = c;
-      moved.step = c.step + (static_cast<std::int64_t>(d) << 40);  // only the SR seed depends on it
-      return gemm(moved, a, b);
-    };
     std::vector<std::vector<float>> gd;
-    lm_loss_and_gradients<float>(model, p, next.ids.data(), model.batch, other, &gd, step, precision);
+    lm_loss_and_gradients<float>(model, p, next.ids.data(), model.batch, sr_draw(gemm, d), &gd, step, precision);
     for (std::size_t i = 0; i < p.size(); ++i)
-      for (std::size_t j = 0; j < gd[i].size(); ++j) mean[i][j] += gd[i][j];
+      for (std::size_t j = 0; j < gd[i].size(); ++j) sum[i][j] += gd[i][j];
   }
   ProbeResult r;
   for (std::size_t i = 0; i < p.size(); ++i) {
-    double dot = 0, nq = 0, ne = 0, nd = 0, nb = 0;
-    for (std::size_t j = 0; j < g[i].size(); ++j) {
-      const double q = gq[i][j], e = g[i][j], m = mean[i][j] / draws - e;
-      dot += q * e, nq += q * q, ne += e * e, nd += (q - e) * (q - e), nb += m * m;
-    }
-    r.cosine.push_back(nq > 0 && ne > 0 ? dot / std::sqrt(nq * ne) : 0.0);
-    r.rel.push_back(ne > 0 ? std::sqrt(nd / ne) : std::sqrt(nd));
-    r.bias.push_back(ne > 0 ? std::sqrt(nb / ne) : std::sqrt(nb));
+    const GradientError e = gradient_error(g[i], gq[i], sum[i], draws);
+    r.cosine.push_back(e.cosine), r.rel.push_back(e.rel), r.bias.push_back(e.sr_mean_rel);
   }
   return r;
 }
@@ -454,9 +417,9 @@ class LmRun {
     const TokenBatch next = batches_(s + 1);
     for (std::size_t r = 0; r < R_; ++r) {
       LmCompareRow::Run x;
-      double num = 0, den = 0;
-      for (std::size_t i = 0; i < ref_.p.size(); ++i) x.weight_rel_error.push_back(rel_error(states[r].p[i], ref_.p[i], &num, &den));
-      x.weight_rel_error_total = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      RelError total;
+      for (std::size_t i = 0; i < ref_.p.size(); ++i) x.weight_rel_error.push_back(total.add(states[r].p[i], ref_.p[i]));
+      x.weight_rel_error_total = total.value();
       const std::string recipe = recipe_at(r, s + 1);
       const int draws = gemms_[r]->uses_sr() ? static_cast<int>(spec_.probe_draws) : 1;
       ProbeResult p = local_error(model_, states[r].p, next, s + 1, gemms_[r]->fn(), precision_of(recipe), draws);

@@ -20,8 +20,10 @@
 #include <type_traits>
 
 #include "sim/batch_prefetch.hpp"
+#include "sim/local_error.hpp"
 #include "sim/omp_threads.hpp"
 #include "sim/parallel_runs.hpp"
+#include "sim/run_config.hpp"
 #include "trace/h5.hpp"
 #include "trace/mlp_checkpoint.hpp"
 #include "trace/mlp_trace.hpp"
@@ -120,17 +122,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   within_limit("mlp.teacher_width", m.teacher_width, std::max(m.widths.front(), m.widths.back()), "teacher weights");
   within_limit("mlp.teacher_width", m.batch, m.teacher_width, "teacher activations for the batch");
 
-  r.recipes = cfg.get_strings("recipes.names", r.recipes);
-  cfg.require(!r.recipes.empty(), "recipes.names", "needs at least one recipe");
-  for (std::size_t i = 0; i < r.recipes.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      cfg.require(r.recipes[i] != r.recipes[j], "recipes.names", "lists '" + r.recipes[i] + "' twice");
-  r.edge_recipe = cfg.get_string("recipes.edge_recipe", r.edge_recipe);
-  try {
-    (void)gemm_recipe(r.edge_recipe);  // as RecipeGemm reads it (else blamed on recipes.names below)
-  } catch (const std::invalid_argument& e) {
-    cfg.require(false, "recipes.edge_recipe", e.what());
-  }
+  parse_recipe_names(cfg, r.recipes, r.edge_recipe);
   for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
                 "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");
@@ -153,11 +145,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
     cfg.require(!rht || m.batch % 16 == 0, "mlp.batch",
                 "recipe " + name + " applies RHT-16 along the batch in the Wgrad GEMM: the batch must be a multiple of 16");
   }
-  r.reference_enabled = cfg.get_bool("reference.enabled", r.reference_enabled);
-  r.compare_every = cfg.get_int("reference.compare_every", r.compare_every);
-  cfg.require(r.compare_every >= 1, "reference.compare_every", "must be >= 1");
-  r.probe_draws = cfg.get_int("reference.probe_draws", r.probe_draws);
-  cfg.require(r.probe_draws >= 1 && r.probe_draws <= 1024, "reference.probe_draws", "must be in [1, 1024]");
+  parse_reference_cadence(cfg, r.reference_enabled, r.compare_every, r.probe_draws);
   r.queue = cfg.get_int("reference.queue", r.queue);
   cfg.require(r.queue >= 1, "reference.queue", "must be >= 1");
   const std::string precision = cfg.get_string("reference.precision", "double");
@@ -177,10 +165,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
                 "reference.check_precision", "must be wider than reference.precision (" + precision + ")");
     cfg.require(r.reference_enabled, "reference.check_precision", "needs the reference (reference.enabled = true)");
   }
-  r.trace_every = cfg.get_int("trace.every", r.trace_every);
-  cfg.require(r.trace_every >= 1, "trace.every", "must be >= 1");
-  r.flush_every = cfg.get_int("trace.flush_every", r.flush_every);
-  cfg.require(r.flush_every >= 1, "trace.flush_every", "must be >= 1");
+  parse_trace_cadence(cfg, r.trace_every, r.flush_every);
   return r;
 }
 
@@ -189,16 +174,6 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
 namespace {
 
 using Weights = std::vector<std::vector<double>>;
-
-double rel_error(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // The reference's own error at a compare step s (check_precision): the step redone in the
 // wider precision C from the reference's state before it; per layer ||W_R - W_C|| / ||W_C||
@@ -283,38 +258,18 @@ void local_error(const MlpSpec& model, const std::vector<std::vector<float>>& w,
   std::vector<std::vector<float>> gq;
   loss_and_gradients<double>(model, wd, batch, nullptr, &g);
   loss_and_gradients<float>(model, w, batch, gemm, &gq);
-  std::vector<std::vector<double>> mean(w.size());
-  for (std::size_t l = 0; l < w.size(); ++l) mean[l].assign(gq[l].begin(), gq[l].end());
+  std::vector<std::vector<double>> sum(w.size());
+  for (std::size_t l = 0; l < w.size(); ++l) sum[l].assign(gq[l].begin(), gq[l].end());
   for (int d = 1; d < draws; ++d) {
-    const GemmFn other = [&, d](const GemmCall& c, const Matrix& a, const Matrix& b) {
-      GemmCall moved = c;
-      moved.step = c.step + (static_cast<std::int64_t>(d) << 40);  // only the SR seed depends on it
-      return gemm(moved, a, b);
-    };
     std::vector<std::vector<float>> gd;
-    loss_and_gradients<float>(model, w, batch, other, &gd);
+    loss_and_gradients<float>(model, w, batch, sr_draw(gemm, d), &gd);
     for (std::size_t l = 0; l < w.size(); ++l)
-      for (std::size_t i = 0; i < gd[l].size(); ++i) mean[l][i] += gd[l][i];
+      for (std::size_t i = 0; i < gd[l].size(); ++i) sum[l][i] += gd[l][i];
   }
-  cosine->assign(w.size(), 0.0);
-  rel->assign(w.size(), 0.0);
-  bias->assign(w.size(), 0.0);
+  cosine->clear(), rel->clear(), bias->clear();
   for (std::size_t l = 0; l < w.size(); ++l) {
-    double nb = 0, ne = 0;
-    for (std::size_t i = 0; i < g[l].size(); ++i) {
-      const double m = mean[l][i] / draws - g[l][i];
-      nb += m * m, ne += g[l][i] * g[l][i];
-    }
-    (*bias)[l] = ne > 0 ? std::sqrt(nb / ne) : std::sqrt(nb);
-  }
-  for (std::size_t l = 0; l < w.size(); ++l) {
-    double dot = 0, nq = 0, ne = 0, nd = 0;
-    for (std::size_t i = 0; i < g[l].size(); ++i) {
-      const double q = gq[l][i], e = g[l][i];
-      dot += q * e, nq += q * q, ne += e * e, nd += (q - e) * (q - e);
-    }
-    (*cosine)[l] = nq > 0 && ne > 0 ? dot / std::sqrt(nq * ne) : 0.0;
-    (*rel)[l] = ne > 0 ? std::sqrt(nd / ne) : std::sqrt(nd);
+    const GradientError e = gradient_error(g[l], gq[l], sum[l], draws);
+    cosine->push_back(e.cosine), rel->push_back(e.rel), bias->push_back(e.sr_mean_rel);
   }
 }
 

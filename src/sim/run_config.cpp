@@ -1,0 +1,38 @@
+#include "sim/run_config.hpp"
+
+#include <stdexcept>
+
+#include "quant/training_recipe.hpp"
+
+namespace fp4d {
+
+void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::string& edge_recipe) {
+  names = cfg.get_strings("recipes.names", names);
+  cfg.require(!names.empty(), "recipes.names", "needs at least one recipe");
+  for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      cfg.require(names[i] != names[j], "recipes.names", "lists '" + names[i] + "' twice");
+  edge_recipe = cfg.get_string("recipes.edge_recipe", edge_recipe);
+  try {
+    (void)gemm_recipe(edge_recipe);  // as RecipeGemm reads it (else blamed on recipes.names later)
+  } catch (const std::invalid_argument& e) {
+    cfg.require(false, "recipes.edge_recipe", e.what());
+  }
+}
+
+void parse_reference_cadence(Config& cfg, bool& enabled, std::int64_t& compare_every, std::int64_t& probe_draws) {
+  enabled = cfg.get_bool("reference.enabled", enabled);
+  compare_every = cfg.get_int("reference.compare_every", compare_every);
+  cfg.require(compare_every >= 1, "reference.compare_every", "must be >= 1");
+  probe_draws = cfg.get_int("reference.probe_draws", probe_draws);
+  cfg.require(probe_draws >= 1 && probe_draws <= 1024, "reference.probe_draws", "must be in [1, 1024]");
+}
+
+void parse_trace_cadence(Config& cfg, std::int64_t& every, std::int64_t& flush_every) {
+  every = cfg.get_int("trace.every", every);
+  cfg.require(every >= 1, "trace.every", "must be >= 1");
+  flush_every = cfg.get_int("trace.flush_every", flush_every);
+  cfg.require(flush_every >= 1, "trace.flush_every", "must be >= 1");
+}
+
+}  // namespace fp4d
