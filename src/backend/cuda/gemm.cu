@@ -40,14 +40,29 @@ struct PathInfo {
 
 bool is_fp8_1x128(const QuantSpec& s) { return s.block_rows == 1 && s.block_cols == 128; }
 
-// A 1x128 operand's decode scales in the order cuBLASLt's VEC128_32F mode reads them: K-block
-// major ([ceil(K/128)][rows], i.e. rows is the leading dimension), the transpose of fp4drift's
-// row-major [rows][ceil(K/128)] (found on the H200: only this order reproduces the emulation).
+// The block-scaled FP8 GEMM's scale tensors, laid out as cuBLASLt's VEC128_32F and
+// BLK128x128_32F modes read them (the layouts NVIDIA's Transformer Engine allocates for its
+// 1D / 2D block scaling, confirmed on the H200 by tests/gpu/test_gpu_gemm.cpp):
+//  1x128 (VEC128_32F): K-block major, [ceil(K/128)][round_up(rows, 4)] - the transpose of
+//    fp4drift's row-major [rows][ceil(K/128)], with rows padded to a multiple of 4;
+//  128x128 (BLK128x128_32F): tile-row major, [ceil(rows/128)][round_up(ceil(K/128), 4)] -
+//    fp4drift's layout with each tile row padded to a multiple of 4 tiles.
+// The padding entries are never applied to an element; they are set to 1.
+std::int64_t round_up4(std::int64_t n) { return (n + 3) / 4 * 4; }
 std::vector<float> kblock_major(const QuantizedTensor& q) {
-  std::vector<float> t(q.scale_values.size());
+  const std::int64_t ld = round_up4(q.scale_rows);
+  std::vector<float> t(static_cast<std::size_t>(q.scale_cols * ld), 1.0f);
   for (std::int64_t r = 0; r < q.scale_rows; ++r)
     for (std::int64_t c = 0; c < q.scale_cols; ++c)
-      t[static_cast<std::size_t>(c * q.scale_rows + r)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
+      t[static_cast<std::size_t>(c * ld + r)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
+  return t;
+}
+std::vector<float> tile_rows_padded(const QuantizedTensor& q) {
+  const std::int64_t ld = round_up4(q.scale_cols);
+  std::vector<float> t(static_cast<std::size_t>(q.scale_rows * ld), 1.0f);
+  for (std::int64_t r = 0; r < q.scale_rows; ++r)
+    for (std::int64_t c = 0; c < q.scale_cols; ++c)
+      t[static_cast<std::size_t>(r * ld + c)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
   return t;
 }
 bool is_fp8_128x128(const QuantSpec& s) { return s.block_rows == 128 && s.block_cols == 128; }
@@ -173,7 +188,7 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
     const bool blocked = !A.spec.per_tensor();
     const auto scales = [&](const QuantizedTensor& q) {
       if (!blocked) return std::vector<float>{q.scale_values[0]};
-      return is_fp8_1x128(q.spec) ? kblock_major(q) : q.scale_values;
+      return is_fp8_1x128(q.spec) ? kblock_major(q) : tile_rows_padded(q);
     };
     DeviceBuffer<float> sa(scales(A), "cudaMemcpy (scale A)"), sb(scales(B), "cudaMemcpy (scale B)");
     g.a = a.p, g.b = b.p, g.scale_a = sa.p, g.scale_b = sb.p;

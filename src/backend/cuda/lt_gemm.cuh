@@ -87,9 +87,8 @@ struct LtGemm {
   const float* scale_b = nullptr;
   // FP8 only: cuBLASLt scale modes (CUBLASLT_MATMUL_MATRIX_SCALE_*; -1: the default scalar).
   // VEC128_32F: one float per 128 consecutive K elements of each row, stored K-block major
-  // [ceil(K/128)][rows] (the transpose of fp4drift's 1x128 scale_values); BLK128x128_32F: one
-  // per 128 x 128 tile, [ceil(rows/128)][ceil(K/128)] (fp4drift's 128x128 layout as it is).
-  // Both determined on the H200 with distinct power-of-two block scales (tests/gpu/test_gpu_gemm).
+  // [ceil(K/128)][round_up(rows, 4)]; BLK128x128_32F: one per 128 x 128 tile,
+  // [ceil(rows/128)][round_up(ceil(K/128), 4)] (gemm.cu's kblock_major / tile_rows_padded).
   int scale_mode_a = -1, scale_mode_b = -1;
   bool fast_accumulation = false;         // FP8 only
 };
