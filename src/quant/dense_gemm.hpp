@@ -15,7 +15,7 @@
 // GemmFn computing the same recurrence), and the double reference's are the "exact" side of
 // every error the toolkit reports, so the order is part of the contract (docs/numerics.md
 // section 8d). Only float and double are accepted; the wider reference types keep their own
-// element loop in sim/mlp.cpp.
+// element loop in sim/plain_gemm.hpp.
 #pragma once
 
 #include <cmath>

@@ -17,6 +17,7 @@
 #include "quant/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/mlp_precision.hpp"
+#include "sim/plain_gemm.hpp"
 
 namespace fp4d {
 
@@ -100,47 +101,7 @@ std::shared_ptr<const Teacher> teacher_for(const MlpSpec& s) {
   return t;
 }
 
-// ---- dense kernels in T ------------------------------------------------------------------
-// float and double: quant/dense_gemm (packed, vectorised, threaded; the fixed per-element order
-// c = 0, then c = dense_step(c, a_ip, b_pj) for ascending p).
-// A wider T (sim/mlp_precision.hpp): the same recurrence element by element, c = c + a b
-// rounded twice in T (Boost.Multiprecision has no fused step), rows split over threads.
-template <class T>
-void gemm_kn_wide(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n) {
-#pragma omp parallel for schedule(static) if (m * k * n > (1 << 12))
-  for (std::int64_t i = 0; i < m; ++i) {
-    T* ci = c + i * n;
-    for (std::int64_t j = 0; j < n; ++j) ci[j] = T(0);
-    for (std::int64_t p = 0; p < k; ++p) {
-      const T& aip = a[i * k + p];
-      const T* bp = b + p * n;
-      for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
-    }
-  }
-}
-
-template <class T>
-std::vector<T> transposed(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
-  std::vector<T> t(x.size());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) t[static_cast<std::size_t>(c * rows + r)] = x[static_cast<std::size_t>(r * cols + c)];
-  return t;
-}
-
-// c (m x n) = op(A) op(B) in the fixed order; a_t / b_t as in dense_gemm (a holds A^T, k x m;
-// b holds B^T, n x k).
-template <class T>
-void plain_gemm(const std::vector<T>& a, bool a_t, const std::vector<T>& b, bool b_t, std::vector<T>& c,
-                std::int64_t m, std::int64_t k, std::int64_t n) {
-  c.resize(static_cast<std::size_t>(m * n));
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    dense_gemm(a.data(), a_t, b.data(), b_t, c.data(), m, k, n);
-  } else {
-    const std::vector<T> an = a_t ? transposed(a, k, m) : std::vector<T>{};
-    const std::vector<T> bn = b_t ? transposed(b, n, k) : std::vector<T>{};
-    gemm_kn_wide((a_t ? an : a).data(), (b_t ? bn : b).data(), c.data(), m, k, n);
-  }
-}
+// ---- dense kernels in T: sim/plain_gemm.hpp (shared with the lm) -------------------------
 
 template <class T>
 Matrix to_matrix(const std::vector<T>& x, std::int64_t rows, std::int64_t cols) {
