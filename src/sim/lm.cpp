@@ -10,15 +10,17 @@
 
 #include "format/philox.hpp"
 #include "model/mlp_math.hpp"
-#include "quant/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/lm_attention.hpp"
+#include "sim/mlp_precision.hpp"
+#include "sim/plain_gemm.hpp"
 
 namespace fp4d {
 
 namespace {
 
-// The wider of T and double: the loss and the clipping norm are summed in it.
+// The wider of T and double: the loss and the clipping norm are summed in it (a reference wider
+// than double sums them in its own type).
 template <class T>
 using Wide = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 
@@ -70,7 +72,8 @@ void check_tokens(const LmSpec& s, const std::int32_t* tokens, std::int64_t batc
 
 // ---- linear layers ---------------------------------------------------------------------------
 // The three GEMMs of linear layer `l` (weight w, rows x cols): through the GemmFn (shape
-// checked; Wgrad's dW^T transposed back) or quant/dense_gemm in T.
+// checked; Wgrad's dW^T transposed back; float32 only, which run_model enforces) or
+// sim/plain_gemm in T.
 template <class T>
 struct Linears {
   const GemmFn& gemm;
@@ -95,31 +98,37 @@ struct Linears {
   // Z = A W^T [M x rows].
   std::vector<T> fprop(int l, const std::vector<T>& a, const std::vector<T>& w, std::int64_t rows,
                        std::int64_t cols) const {
-    if (gemm) return call(GemmRole::Fprop, l, a, cols, w, rows, cols, M, rows);
-    std::vector<T> z(static_cast<std::size_t>(M * rows));
-    dense_gemm(a.data(), false, w.data(), true, z.data(), M, cols, rows);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (gemm) return call(GemmRole::Fprop, l, a, cols, w, rows, cols, M, rows);
+    }
+    std::vector<T> z;
+    plain_gemm(a, false, w, true, z, M, cols, rows);
     return z;
   }
   // dA = dZ W [M x cols].
   std::vector<T> dgrad(int l, const std::vector<T>& dz, const std::vector<T>& w, std::int64_t rows,
                        std::int64_t cols) const {
-    if (gemm) return call(GemmRole::Dgrad, l, dz, rows, w, rows, cols, M, cols);
-    std::vector<T> da(static_cast<std::size_t>(M * cols));
-    dense_gemm(dz.data(), false, w.data(), false, da.data(), M, rows, cols);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (gemm) return call(GemmRole::Dgrad, l, dz, rows, w, rows, cols, M, cols);
+    }
+    std::vector<T> da;
+    plain_gemm(dz, false, w, false, da, M, rows, cols);
     return da;
   }
   // dW = dZ^T A [rows x cols].
   std::vector<T> wgrad(int l, const std::vector<T>& a, const std::vector<T>& dz, std::int64_t rows,
                        std::int64_t cols) const {
     std::vector<T> dw(static_cast<std::size_t>(rows * cols));
-    if (gemm) {
-      const std::vector<T> dwt = call(GemmRole::Wgrad, l, a, cols, dz, M, rows, cols, rows);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < cols; ++c)
-          dw[static_cast<std::size_t>(r * cols + c)] = dwt[static_cast<std::size_t>(c * rows + r)];
-      return dw;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (gemm) {
+        const std::vector<T> dwt = call(GemmRole::Wgrad, l, a, cols, dz, M, rows, cols, rows);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t c = 0; c < cols; ++c)
+            dw[static_cast<std::size_t>(r * cols + c)] = dwt[static_cast<std::size_t>(c * rows + r)];
+        return dw;
+      }
     }
-    dense_gemm(dz.data(), true, a.data(), false, dw.data(), rows, M, cols);
+    plain_gemm(dz, true, a, false, dw, rows, M, cols);
     return dw;
   }
 };
@@ -485,7 +494,8 @@ LmStepStats lm_train_step(const LmSpec& s, LmState<T>& state, const std::int32_t
   LmStepStats st;
   st.loss = run_model<T>(s, state.p, tokens, s.batch, gemm, state.step, precision, &g, nullptr);
 
-  // Global norm in Wide<T>, parameters in order, elements ascending; clipping in T.
+  // Global norm in Wide<T>, parameters in order, elements ascending; the clip factor in
+  // Wide<T>, rounded to T (so a wide reference's factor is not one of double's), clipping in T.
   using W = Wide<T>;
   W ss = W(0);
   for (const auto& gi : g)
@@ -494,9 +504,10 @@ LmStepStats lm_train_step(const LmSpec& s, LmState<T>& state, const std::int32_t
   const W norm = sqrt(ss);
   st.grad_norm = static_cast<double>(norm);
   const double max_norm = s.optimizer.max_grad_norm;
-  if (max_norm > 0.0 && st.grad_norm > max_norm) {
-    st.clip_factor = static_cast<double>(W(max_norm) / norm);
-    const T f = static_cast<T>(st.clip_factor);
+  if (max_norm > 0.0 && norm > W(max_norm)) {
+    const W factor = W(max_norm) / norm;
+    st.clip_factor = static_cast<double>(factor);
+    const T f = static_cast<T>(factor);
     for (auto& gi : g)
       for (T& x : gi) x = x * f;
   }
@@ -536,6 +547,8 @@ LmStepStats lm_train_step(const LmSpec& s, LmState<T>& state, const std::int32_t
                                         const LmPrecision&);
 FP4D_LM_INSTANTIATE(float)
 FP4D_LM_INSTANTIATE(double)
+FP4D_LM_INSTANTIATE(mlp_binary128)
+FP4D_LM_INSTANTIATE(mlp_mp256)
 #undef FP4D_LM_INSTANTIATE
 
 }  // namespace fp4d

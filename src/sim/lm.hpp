@@ -1,12 +1,18 @@
 // The CPU implementation of the `lm` model (model/lm_spec.hpp): its initialisation, loss,
 // gradients and training step, templated on the scalar T so that the low-precision run
 // (T = float, every linear layer's GEMMs through a GemmFn) and the reference run (T = double,
-// plain GEMMs) are one code. Parallel to sim/mlp.hpp.
+// or the wider mlp_binary128 / mlp_mp256 of sim/mlp_precision.hpp; plain GEMMs) are one code.
+// Parallel to sim/mlp.hpp. The wide instantiations are lm.cpp's; they are not declared extern
+// here so that this header stays free of Boost.
 //
-// GEMMs: gemm = nullptr runs every linear layer's product as quant/dense_gemm.hpp's plain
-// GEMM in T (each element c = 0, then c = c + a_p b_p in ascending p, fused for double on FMA
-// hardware; independent of the thread count); a GemmFn is accepted for T = float only
-// (std::invalid_argument otherwise). Calls of one step, in order: Fprop of every linear in
+// GEMMs: gemm = nullptr runs every linear layer's product as sim/plain_gemm.hpp's plain GEMM
+// in T (each element c = 0, then c = c + a_p b_p in ascending p: quant/dense_gemm for float and
+// double, fused for double on FMA hardware; two roundings in a wider T; independent of the
+// thread count); a GemmFn is accepted for T = float only (std::invalid_argument otherwise).
+// A wider T computes everything in T that float and double take from double: the loss and the
+// clipping norm's sums, the clip factor, AdamW's bias corrections, RoPE's cos and sin and the
+// attention scale; the problem's own values (float32 initial weights, the double
+// hyper-parameters and learning rates) are the same in every T. Calls of one step, in order: Fprop of every linear in
 // linear order; then for every linear from the last to the first its Wgrad, then its Dgrad
 // (separate q, k, v: the three pairs in the order q, k, v). Every linear has its Dgrad: every
 // input depends on the embedding.

@@ -8,6 +8,7 @@
 
 #include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
+#include "sim/mlp_precision.hpp"
 
 namespace fp4d {
 
@@ -36,9 +37,12 @@ T operand(const T& x, bool bf16) {
   else return x;
 }
 
+// 1 / sqrt(head_dim): double's, rounded, for float and double; computed in a wider T (a double
+// value would cap a wide reference's accuracy at double's).
 template <class T>
 T attention_scale(std::int64_t head_dim) {
-  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  else return T(1) / mlp_math::sqrt_of(T(head_dim));
 }
 
 // Row t of the causal softmax of one (sequence, head): p[u] for u <= t from the operands q_t
@@ -79,11 +83,21 @@ RopeTable<T> rope_table(std::int64_t seq, std::int64_t head_dim, double base) {
   r.cos.resize(static_cast<std::size_t>(seq * half));
   r.sin.resize(r.cos.size());
   for (std::int64_t i = 0; i < half; ++i) {
-    const double theta = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    for (std::int64_t t = 0; t < seq; ++t) {
-      const double a = static_cast<double>(t) * theta;
-      r.cos[static_cast<std::size_t>(t * half + i)] = static_cast<T>(std::cos(a));
-      r.sin[static_cast<std::size_t>(t * half + i)] = static_cast<T>(std::sin(a));
+    if constexpr (std::is_floating_point_v<T>) {
+      const double theta = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      for (std::int64_t t = 0; t < seq; ++t) {
+        const double a = static_cast<double>(t) * theta;
+        r.cos[static_cast<std::size_t>(t * half + i)] = static_cast<T>(std::cos(a));
+        r.sin[static_cast<std::size_t>(t * half + i)] = static_cast<T>(std::sin(a));
+      }
+    } else {
+      using std::cos, std::pow, std::sin;  // Boost's by ADL
+      const T theta = pow(T(base), T(T(-2 * i) / T(head_dim)));
+      for (std::int64_t t = 0; t < seq; ++t) {
+        const T a = T(t) * theta;
+        r.cos[static_cast<std::size_t>(t * half + i)] = cos(a);
+        r.sin[static_cast<std::size_t>(t * half + i)] = sin(a);
+      }
     }
   }
   return r;
@@ -222,20 +236,18 @@ std::vector<T> attention_probabilities(const AttentionShape& s, const T* q, cons
   return P;
 }
 
-template RopeTable<float> rope_table<float>(std::int64_t, std::int64_t, double);
-template RopeTable<double> rope_table<double>(std::int64_t, std::int64_t, double);
-template void rope_rotate<float>(const RopeTable<float>&, float*, std::int64_t, std::int64_t, bool);
-template void rope_rotate<double>(const RopeTable<double>&, double*, std::int64_t, std::int64_t, bool);
-template void attention_forward<float>(const AttentionShape&, const float*, const float*, const float*, bool, float*);
-template void attention_forward<double>(const AttentionShape&, const double*, const double*, const double*, bool,
-                                        double*);
-template void attention_backward<float>(const AttentionShape&, const float*, const float*, const float*, const float*,
-                                        bool, float*, float*, float*);
-template void attention_backward<double>(const AttentionShape&, const double*, const double*, const double*,
-                                         const double*, bool, double*, double*, double*);
-template std::vector<float> attention_probabilities<float>(const AttentionShape&, const float*, const float*, bool,
-                                                           std::int64_t, std::int64_t);
-template std::vector<double> attention_probabilities<double>(const AttentionShape&, const double*, const double*,
-                                                             bool, std::int64_t, std::int64_t);
+#define FP4D_LM_ATTENTION_INSTANTIATE(T)                                                                          \
+  template RopeTable<T> rope_table<T>(std::int64_t, std::int64_t, double);                                         \
+  template void rope_rotate<T>(const RopeTable<T>&, T*, std::int64_t, std::int64_t, bool);                         \
+  template void attention_forward<T>(const AttentionShape&, const T*, const T*, const T*, bool, T*);              \
+  template void attention_backward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, bool, T*, T*, \
+                                      T*);                                                                         \
+  template std::vector<T> attention_probabilities<T>(const AttentionShape&, const T*, const T*, bool, std::int64_t, \
+                                                     std::int64_t);
+FP4D_LM_ATTENTION_INSTANTIATE(float)
+FP4D_LM_ATTENTION_INSTANTIATE(double)
+FP4D_LM_ATTENTION_INSTANTIATE(mlp_binary128)
+FP4D_LM_ATTENTION_INSTANTIATE(mlp_mp256)
+#undef FP4D_LM_ATTENTION_INSTANTIATE
 
 }  // namespace fp4d

@@ -1,6 +1,7 @@
 // The `lm` model's attention ops (model/lm_spec.hpp states the formulas): RoPE and causal
-// multi-head / grouped-query self-attention, forward and backward by hand, in T (float or
-// double).
+// multi-head / grouped-query self-attention, forward and backward by hand, in T (float, double,
+// or a wider reference scalar of sim/mlp_precision.hpp: those instantiations are in
+// lm_attention.cpp, not declared here, which keeps Boost out of a header the CUDA step includes).
 //
 // Layout: rows are token positions, row i = b seq + t; q [M x heads hd], k and v
 // [M x kv_heads hd], head h in columns h hd .. (h+1) hd - 1; query head h reads kv head
@@ -28,7 +29,8 @@ struct AttentionShape {
 };
 
 // cos and sin of t theta_i, theta_i = base^(-2i / head_dim), i < head_dim / 2, t < seq:
-// angle, cos and sin in double, rounded to T. Entry t * (head_dim / 2) + i.
+// angle, cos and sin in double, rounded to T (float, double); in T for a wider T (Boost's pow,
+// cos and sin: a few ulps of T). Entry t * (head_dim / 2) + i.
 template <class T>
 struct RopeTable {
   std::int64_t seq = 0, head_dim = 0;
@@ -43,7 +45,8 @@ RopeTable<T> rope_table(std::int64_t seq, std::int64_t head_dim, double base);
 template <class T>
 void rope_rotate(const RopeTable<T>& table, T* x, std::int64_t rows, std::int64_t heads, bool inverse);
 
-// o [M x heads hd] = the heads' outputs (scale = 1 / sqrt(hd) rounded to T).
+// o [M x heads hd] = the heads' outputs (scale = 1 / sqrt(hd): double's rounded to T, or
+// computed in a wider T).
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, bool bf16, T* o);
 

@@ -1,13 +1,17 @@
 // The `lm` model (sim/lm.hpp, model/lm_spec.hpp): the forward pass against an independent
 // naive one, every parameter's backward against finite differences, causality, RoPE and the
 // softmax, the GemmFn plumbing, float32 vs double within a rounding-derived bound, the optimizer
-// step, learning, determinism, and the spec's layout, validation and tiling messages.
+// step, learning, determinism, the spec's layout, validation and tiling messages, and the wide
+// references: binary128 against double and mp256 within rounding-derived bounds, and binary128
+// gradients against binary128 finite differences.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -17,6 +21,7 @@
 #include "model/recipe_gemm.hpp"
 #include "sim/lm.hpp"
 #include "sim/lm_attention.hpp"
+#include "sim/mlp_precision.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;
@@ -886,4 +891,222 @@ TEST_CASE("lm: a small model learns a sequence that needs attention", "[lm][long
   for (int k = steps - 10; k < steps; ++k) last += loss[k] / 10;
   INFO("first loss " << loss[0] << " (log V " << logv << "), mean of the last 10 " << last);
   CHECK(last < 0.1 * logv);
+}
+
+// 11. The binary128 reference (mlp_binary128, sim/mlp_precision.hpp) against double and mp256,
+//     from the same initial values on the same tokens, with test 5's regime (AdamW eps = 1 >>
+//     |g|, so that the update is Lipschitz in the gradients) and its bound with double's
+//     unit roundoff u = 2^-53 in place of float32's: binary128's own rounding (2^-113) is 2^-60
+//     of double's, inside the factor c = 2, so the double run's error is the difference:
+//       gradients at equal weights  ||g_d - g_q|| / ||g_q|| <= eps_g = 2 N K u,
+//       weights after k steps       ||W_d - W_q|| / ||W_q|| <= b_W(k) = c k u (1 + 8 N K rho).
+//     Losses: lm_train_step reports the loss at the weights before its update, so step k's
+//     losses differ by the loss's first-order response to the weight difference, kappa_k
+//     b_W(k - 1) relative (kappa_k = ||grad L|| ||W|| / |L|, the loss's condition number in
+//     W, measured in double at binary128's weights rounded to double; the second-order term is
+//     O(b_W^2) ~ 1e-26, nil), plus double's evaluation of the loss at given weights: the
+//     forward chain's N_f reductions of length <= K, each within gamma_K of the magnitudes
+//     that the norms keep O(1) (test 1), doubled: 2 N_f K u max(1, |L|) absolute, plus the
+//     wide loss's rounding to double on return (u relative). Call B_k the sum (relative).
+//     The losses must agree within B_k at every step and, printed with floor(-log10 max B_k)
+//     significant digits, up to one unit in the last digit (two values within half a unit can
+//     round to neighbours): "binary128's loss rounds to double's".
+//     binary128 against mp256 (cpp_bin_float<256>, whose 2^-256 is nil here): the same weight
+//     bound with u = 2^-113; the difference is taken in mp256.
+//     Neither wider run may be the narrower one in disguise: after every step the double and
+//     binary128 weights differ, binary128's and mp256's differ, and some binary128 weight is
+//     not a double (113-bit arithmetic leaves bits below double's last one; double arithmetic
+//     in a binary128 container could not).
+namespace {
+using Quad = mlp_binary128;
+using Mp = mlp_mp256;
+
+template <class T>
+std::vector<std::vector<T>> params_as(const Params& p) {
+  std::vector<std::vector<T>> r(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i)
+    for (const double x : p[i]) r[i].push_back(T(x));  // exact: widening
+  return r;
+}
+
+// ||a - b|| / ||b||, every difference and sum in mp256 (exact differences for double and
+// binary128 operands, whose 2^-113-scale gaps double could not even represent).
+template <class A, class B>
+double rel_diff_mp(const std::vector<std::vector<A>>& a, const std::vector<std::vector<B>>& b) {
+  Mp num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < a[i].size(); ++j) {
+      const Mp bj = static_cast<Mp>(b[i][j]);
+      const Mp x = static_cast<Mp>(a[i][j]) - bj;
+      num += x * x;
+      den += bj * bj;
+    }
+  return std::sqrt(mlp_to_double(num) / mlp_to_double(den));
+}
+
+template <class T>
+Params rounded_to_double(const std::vector<std::vector<T>>& p) {
+  Params r(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i)
+    for (const T& x : p[i]) r[i].push_back(mlp_to_double(x));
+  return r;
+}
+
+// Whether some value of p is not a double (x != its nearest double).
+bool has_non_double(const std::vector<std::vector<Quad>>& p) {
+  for (const auto& v : p)
+    for (const Quad& x : v)
+      if (x != Quad(mlp_to_double(x))) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("lm: the binary128 reference agrees with double to the digits double's rounding leaves, and is not double",
+          "[lm]") {
+  LmSpec s;
+  s.vocab = 16, s.d_model = 16, s.heads = 2, s.kv_heads = 1, s.ffn = 32, s.seq_len = 8, s.batch = 2;
+  s.pattern = "AF";
+  s.optimizer.lr = 1e-3;
+  s.optimizer.eps = 1.0;
+  s.optimizer.weight_decay = 0.1;
+  s.optimizer.max_grad_norm = 0.5;
+  // N: the gradient chain of test 5 for one A and one F block; N_f: the forward's (A: norm, QKV,
+  // QK^T, PV, o; F: norm, gate-up, down; final norm, head, loss); K: the longest reduction.
+  const double N = 2.0 * (5 + 3 + 3) + 1, N_f = 5 + 3 + 3;
+  const double K = static_cast<double>(std::max({s.batch * s.seq_len, s.vocab, s.d_model, s.ffn}));
+  const double uq = std::ldexp(1.0, -113), c = 2.0, eps_g = 2 * N * K * kU;
+  auto d = init_lm_state<double>(s);
+  auto q = init_lm_state<Quad>(s);
+  auto m = init_lm_state<Mp>(s);
+  REQUIRE(rel_diff_mp(d.p, q.p) == 0.0);  // the same float32 initial values
+  double rho = 0, b_max = 0;
+  std::vector<double> ld, lq, bound;
+  for (int k = 1; k <= 5; ++k) {
+    const auto tok = random_tokens(s, s.batch, 200 + k);
+    const Params wq = rounded_to_double(q.p);
+    Params g;
+    const double loss_at = lm_loss_and_gradients<double>(s, wq, tok.data(), s.batch, nullptr, &g, q.step);
+    rho = std::max(rho, s.optimizer.lr / s.optimizer.eps * norm_of(g) / norm_of(wq));
+    if (k == 1) {  // equal weights: the gradients' own error, and they differ
+      std::vector<std::vector<Quad>> gq;
+      lm_loss_and_gradients<Quad>(s, q.p, tok.data(), s.batch, nullptr, &gq, q.step);
+      const double eg = rel_diff_mp(g, gq);
+      INFO("gradient relative difference " << eg << " bound " << eps_g);
+      CHECK(eg <= eps_g);
+      CHECK(eg > 0.0);
+    }
+    const double kappa = norm_of(g) * norm_of(wq) / std::abs(loss_at);
+    const double bw_before = c * (k - 1) * kU * (1 + 8 * N * K * rho);
+    const double b = kappa * bw_before + 2 * N_f * K * kU * std::max(1.0, std::abs(loss_at)) / std::abs(loss_at) + kU;
+    ld.push_back(lm_train_step<double>(s, d, tok.data(), nullptr).loss);
+    lq.push_back(lm_train_step<Quad>(s, q, tok.data(), nullptr).loss);
+    lm_train_step<Mp>(s, m, tok.data(), nullptr);
+    bound.push_back(b);
+    b_max = std::max(b_max, b);
+    const double bw = c * k * kU * (1 + 8 * N * K * rho), bq = c * k * uq * (1 + 8 * N * K * rho);
+    const double ed = rel_diff_mp(d.p, q.p), eq = rel_diff_mp(q.p, m.p);
+    INFO("step " << k << ": double vs binary128 " << ed << " (bound " << bw << "), binary128 vs mp256 " << eq
+                 << " (bound " << bq << "), rho " << rho);
+    CHECK(ed <= bw);
+    CHECK(eq <= bq);
+    CHECK(ed > 0.0);
+    CHECK(eq > 0.0);
+    CHECK(has_non_double(q.p));
+  }
+  const int digits = static_cast<int>(std::floor(-std::log10(b_max)));
+  INFO("largest loss bound " << b_max << ": " << digits << " digits");
+  CHECK(digits >= 10);  // the comparison says something (double's 16 digits less the run's growth)
+  for (std::size_t k = 0; k < ld.size(); ++k) {
+    char a[64], bb[64];
+    std::snprintf(a, sizeof a, "%.*e", digits - 1, ld[k]);
+    std::snprintf(bb, sizeof bb, "%.*e", digits - 1, lq[k]);
+    const double unit = std::pow(10.0, std::floor(std::log10(std::abs(lq[k]))) - (digits - 1));
+    INFO("step " << k + 1 << ": double " << a << ", binary128 " << bb << " (bound " << bound[k] << ")");
+    CHECK(std::abs(std::strtod(a, nullptr) - std::strtod(bb, nullptr)) <= 1.001 * unit);
+    CHECK(std::abs(ld[k] - lq[k]) <= bound[k] * std::abs(lq[k]));
+  }
+}
+
+// 12. Every parameter's gradient in binary128 against central differences in binary128: test
+//     1's derivation with u = 2^-113. The loss is evaluated here from lm_logits<binary128>
+//     (logsumexp minus the target's logit, in binary128: lm_loss_and_gradients reports the
+//     loss rounded to double, which would cap the differences at double's resolution), within
+//     delta_f = 512 u max(1, |f|) (test 1's N K u for the tiny model, doubled). f''' per
+//     coordinate from the five-point third difference at H = 2^-6, bounded by 2 |T3| + 1. With
+//     h = 2^-35 (near the minimum of h^2 f''' / 6 + delta_f / h for f''' = O(10)) the
+//     tolerance h^2 (2 |T3| + 1) / 6 + delta_f / h is ~ 1e-20 absolute: the differences
+//     must resolve each gradient beyond double's last bit (tolerance < 2^-53 |g| for every
+//     parameter's largest element), which no computation in double arithmetic could - its
+//     rounding term alone would be 2^60 times larger. The perturbed weights are exact in
+//     binary128 (values of <= 53 bits within 2^4 of 1, steps of powers of two >= 2^-35).
+//     Three elements per parameter (its largest gradient, the first and the middle one), two
+//     variants (fused QKV, untied, MHA; separate q, k, v, tied, GQA).
+namespace {
+Quad wide_loss(const LmSpec& s, const std::vector<std::vector<Quad>>& p, const std::vector<std::int32_t>& tok) {
+  const std::vector<Quad> logits = lm_logits<Quad>(s, p, tok.data(), s.batch, nullptr, 0, LmPrecision{});
+  const std::int64_t S = s.seq_len, V = s.vocab, M = s.batch * S;
+  Quad loss = 0;
+  for (std::int64_t i = 0; i < M; ++i) {
+    const Quad* li = logits.data() + i * V;
+    Quad mx = li[0];
+    for (std::int64_t j = 1; j < V; ++j) mx = std::max(mx, li[j]);
+    Quad se = 0;
+    for (std::int64_t j = 0; j < V; ++j) se += exp(Quad(li[j] - mx));
+    loss += (mx + log(se)) - li[tok[static_cast<std::size_t>((i / S) * (S + 1) + i % S + 1)]];
+  }
+  return loss / Quad(M);
+}
+}  // namespace
+
+TEST_CASE("lm: binary128 gradients match binary128 central differences beyond double's resolution", "[lm]") {
+  struct Variant {
+    bool fused, tied;
+    std::int64_t kv_heads;
+    const char* pattern;
+  };
+  for (const Variant v : {Variant{true, false, 2, "AFA"}, Variant{false, true, 1, "FA"}}) {
+    LmSpec s = tiny_spec();
+    s.fused_qkv = v.fused;
+    s.tied_embeddings = v.tied;
+    s.kv_heads = v.kv_heads;
+    s.pattern = v.pattern;
+    INFO("fused " << v.fused << " tied " << v.tied << " kv_heads " << v.kv_heads << " pattern " << v.pattern);
+    const std::vector<std::vector<Quad>> p = params_as<Quad>(tiny_params(s));
+    const auto tok = random_tokens(s, s.batch, 3);
+    const auto info = lm_params(s);
+    std::vector<std::vector<Quad>> g;
+    lm_loss_and_gradients<Quad>(s, p, tok.data(), s.batch, nullptr, &g, 0);
+    const Quad f0 = wide_loss(s, p, tok);
+    // The model's own (double-rounded) loss is the wide one rounded.
+    CHECK(lm_loss_and_gradients<Quad>(s, p, tok.data(), s.batch, nullptr, nullptr, 0) == mlp_to_double(f0));
+    const double uq = std::ldexp(1.0, -113);
+    const Quad h = ldexp(Quad(1), -35), H = ldexp(Quad(1), -6);
+    const double delta_f = 512 * uq * std::max(1.0, std::abs(mlp_to_double(f0)));
+    const auto f_at = [&](std::size_t i, std::size_t j, const Quad& dx) {
+      std::vector<std::vector<Quad>> w = p;
+      w[i][j] += dx;
+      return wide_loss(s, w, tok);
+    };
+    for (std::size_t i = 0; i < info.size(); ++i) {
+      std::size_t top = 0;
+      for (std::size_t j = 1; j < g[i].size(); ++j)
+        if (abs(g[i][j]) > abs(g[i][top])) top = j;
+      for (const std::size_t j : {top, std::size_t{0}, g[i].size() / 2}) {
+        const Quad fd = (f_at(i, j, h) - f_at(i, j, -h)) / (2 * h);
+        const double t3 = mlp_to_double(
+            (f_at(i, j, 2 * H) - 2 * f_at(i, j, H) + 2 * f_at(i, j, -H) - f_at(i, j, -2 * H)) / (2 * H * H * H));
+        const double hd = mlp_to_double(h);
+        const double tol = hd * hd * (2 * std::abs(t3) + 1) / 6 + delta_f / hd;
+        const double e = mlp_to_double(abs(Quad(fd - g[i][j])));
+        const double gj = mlp_to_double(g[i][j]);
+        INFO(info[i].name << " element " << j << " backward " << gj << " |fd - backward| " << e << " tolerance "
+                          << tol << " (relative " << tol / std::abs(gj) << ")");
+        CHECK(e <= tol);
+        if (j == top) {
+          CHECK(gj != 0.0);
+          CHECK(tol < kU * std::abs(gj));
+        }
+      }
+    }
+  }
 }
