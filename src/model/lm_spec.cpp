@@ -1,5 +1,6 @@
 #include "model/lm_spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -13,18 +14,28 @@ namespace {
 }  // namespace
 
 std::int64_t lm_head_dim(const LmSpec& s) { return s.heads > 0 ? s.d_model / s.heads : 0; }
+std::int64_t lm_mamba_d_inner(const LmSpec& s) { return s.mamba.expand * s.d_model; }
+std::int64_t lm_mamba_heads(const LmSpec& s) {
+  return s.mamba.head_dim > 0 ? lm_mamba_d_inner(s) / s.mamba.head_dim : 0;
+}
 
 std::vector<LmBlockKind> lm_blocks(const LmSpec& s) {
-  if (s.pattern.empty()) bad("pattern", "is empty (one letter per block: A attention, F SwiGLU FFN)");
+  const char* known = "A attention, F SwiGLU FFN, M Mamba-2 mixer";
+  if (s.pattern.empty()) bad("pattern", std::string("is empty (one letter per block: ") + known + ")");
   std::vector<LmBlockKind> blocks;
+  bool mixer = false;
   for (std::size_t i = 0; i < s.pattern.size(); ++i) {
     const char c = s.pattern[i];
     if (c == 'A') blocks.push_back(LmBlockKind::Attention);
     else if (c == 'F') blocks.push_back(LmBlockKind::Ffn);
+    else if (c == 'M') blocks.push_back(LmBlockKind::Mamba);
     else
       bad("pattern", "'" + s.pattern + "' has the unknown letter '" + std::string(1, c) + "' at position " +
-                         std::to_string(i) + " (known: A attention, F SwiGLU FFN)");
+                         std::to_string(i) + " (known: " + known + ")");
+    mixer = mixer || c != 'F';
   }
+  if (!mixer)
+    bad("pattern", "'" + s.pattern + "' has no sequence mixer (A or M): no position could see another");
   return blocks;
 }
 
@@ -43,7 +54,22 @@ void validate(const LmSpec& s) {
   if (s.ffn < 1) bad("ffn", "must be >= 1");
   if (s.seq_len < 1) bad("seq_len", "must be >= 1");
   if (s.batch < 1) bad("batch", "must be >= 1");
-  lm_blocks(s);
+  const std::vector<LmBlockKind> blocks = lm_blocks(s);
+  if (std::find(blocks.begin(), blocks.end(), LmBlockKind::Mamba) != blocks.end()) {
+    const LmMamba& m = s.mamba;
+    if (m.state < 1) bad("mamba.state", "must be >= 1");
+    if (m.expand < 1) bad("mamba.expand", "must be >= 1");
+    if (m.head_dim < 1) bad("mamba.head_dim", "must be >= 1");
+    if (lm_mamba_d_inner(s) % m.head_dim != 0)
+      bad("mamba.head_dim", "= " + std::to_string(m.head_dim) + " does not divide d_inner = expand * d_model = " +
+                                std::to_string(lm_mamba_d_inner(s)));
+    if (m.groups < 1 || lm_mamba_heads(s) % m.groups != 0)
+      bad("mamba.groups", "= " + std::to_string(m.groups) + " must be >= 1 and divide the mixer heads (" +
+                              std::to_string(lm_mamba_heads(s)) + " = d_inner / head_dim)");
+    if (m.conv_width < 1) bad("mamba.conv_width", "must be >= 1");
+    if (m.chunk < 1 || s.seq_len % m.chunk != 0)
+      bad("mamba.chunk", "= " + std::to_string(m.chunk) + " must be >= 1 and divide seq_len = " + std::to_string(s.seq_len));
+  }
   if (!(s.rope_base > 1.0) || !std::isfinite(s.rope_base)) bad("rope_base", "must be > 1 and finite");
   if (!(s.norm_eps > 0.0) || !std::isfinite(s.norm_eps)) bad("norm_eps", "must be > 0 and finite");
   if (s.init != "gpt2" && s.init != "scaled") bad("init", "'" + s.init + "' is unknown (known: gpt2, scaled)");
@@ -67,6 +93,8 @@ std::string to_string(LmLinearKind k) {
     case LmLinearKind::AttnOut: return "o";
     case LmLinearKind::FfnGateUp: return "gateup";
     case LmLinearKind::FfnDown: return "down";
+    case LmLinearKind::MambaIn: return "mamba_in";
+    case LmLinearKind::MambaOut: return "mamba_out";
     case LmLinearKind::Head: break;
   }
   return "head";
@@ -95,9 +123,21 @@ void layout(const LmSpec& s, std::vector<LmParam>& p, std::vector<LmLinear>& lin
         add_linear(b, LmLinearKind::V, kvd, d);
       }
       add_linear(b, LmLinearKind::AttnOut, d, qd);
-    } else {
+    } else if (blocks[bi] == LmBlockKind::Ffn) {
       add_linear(b, LmLinearKind::FfnGateUp, 2 * s.ffn, d);
       add_linear(b, LmLinearKind::FfnDown, d, s.ffn);
+    } else {
+      const std::int64_t di = lm_mamba_d_inner(s), hm = lm_mamba_heads(s), gn = s.mamba.groups * s.mamba.state;
+      const std::int64_t conv_dim = di + 2 * gn;
+      add_linear(b, LmLinearKind::MambaIn, 2 * di + 2 * gn + hm, d);
+      const std::string pre = "blocks." + std::to_string(b) + ".";
+      p.push_back({pre + "conv_w", LmParamKind::Mixer, b, -1, conv_dim, s.mamba.conv_width, false});
+      p.push_back({pre + "conv_b", LmParamKind::Mixer, b, -1, 1, conv_dim, false});
+      p.push_back({pre + "dt_bias", LmParamKind::Mixer, b, -1, 1, hm, false});
+      p.push_back({pre + "a_log", LmParamKind::Mixer, b, -1, 1, hm, false});
+      p.push_back({pre + "d_skip", LmParamKind::Mixer, b, -1, 1, hm, false});
+      p.push_back({pre + "mixer_norm", LmParamKind::Mixer, b, -1, 1, di, false});
+      add_linear(b, LmLinearKind::MambaOut, d, di);
     }
   }
   p.push_back({"final_norm", LmParamKind::NormGain, -1, -1, 1, d, false});
@@ -150,6 +190,16 @@ std::string lm_tiling_problem(const LmSpec& s) {
   std::string out;
   for (const auto& d : dims)
     if (d.value % 16 != 0) out += (out.empty() ? "" : ", ") + std::string(d.what) + " = " + std::to_string(d.value);
+  if (s.pattern.find('M') != std::string::npos) {
+    const std::int64_t di = lm_mamba_d_inner(s), gn = s.mamba.groups * s.mamba.state;
+    const struct {
+      const char* what;
+      std::int64_t value;
+    } mixer[] = {{"mamba d_inner", di}, {"mamba in-projection rows 2 d_inner + 2 groups state + heads",
+                                         2 * di + 2 * gn + lm_mamba_heads(s)}};
+    for (const auto& d : mixer)
+      if (d.value % 16 != 0) out += (out.empty() ? "" : ", ") + std::string(d.what) + " = " + std::to_string(d.value);
+  }
   if (out.empty()) return out;
   return out + ": not a multiple of 16 (an NVFP4 GEMM scales blocks of 16 along each of its dimensions)";
 }

@@ -13,8 +13,9 @@
 //   tokens   batch x (seq_len + 1) int32 ids in [0, vocab); inputs x = tokens[:, :-1],
 //            targets y = tokens[:, 1:].
 //   blocks   pattern, one letter per block (block index = position in the string):
-//            A = attention, F = SwiGLU FFN; any other letter is refused (std::invalid_argument
-//            naming `pattern` and the letter).
+//            A = attention, F = SwiGLU FFN, M = Mamba-2 mixer; any other letter is refused
+//            (std::invalid_argument naming `pattern` and the letter), and so is a pattern
+//            without a sequence mixer (A or M): its tokens could not see each other.
 //   embed    H_0[i] = E[x_i], E [vocab x d] (the stored row: FP32 master values in the
 //            low-precision run, no rounding).
 //   norm     rmsnorm_g(h)_ij = n_ij g_j, n_ij = h_ij rinv_i, rinv_i = 1 / sqrt(sum_j h_ij^2 / d
@@ -41,6 +42,13 @@
 //   F        a = rmsnorm(H); [G U] = a W_gu^T, W_gu = [W_gate; W_up] [2 ffn x d] (gate rows
 //            0 .. ffn-1, up rows ffn .. 2 ffn - 1, as mlp's swiglu); F = silu(G) * U,
 //            silu(g) = g / (1 + exp(-g)); Z = F W_down^T, W_down [d x ffn].
+//   M        a = rmsnorm(H); [z x B C dt_raw] = a W_in^T, W_in [(2 DI + 2 G N + Hm) x d];
+//            the mixer of sim/lm_mamba.hpp (causal depthwise conv of width K on x, B, C with
+//            SiLU; dt = softplus(dt_raw + dt_bias), A = -exp(a_log); the selective scan in
+//            chunks of `chunk` positions; + D x; gate y silu(z); RMSNorm per group of DI / G
+//            columns with its own gain) gives Y [M x DI]; Z = Y W_out^T, W_out [d x DI].
+//            DI = expand d (d_inner), Hm = DI / head_dim (the mixer's heads), N = state,
+//            G = groups (heads of a group share B and C).
 //   head     logits = rmsnorm_{g_f}(H_L) W_head^T, W_head [vocab x d] = E when
 //            tied_embeddings, else its own matrix.
 //   loss     mean over the M positions of logsumexp(logits_i) - logits_i,y_i (next-token
@@ -48,8 +56,8 @@
 //            loss is accumulated in the wider of T and double from the T logits (an observation,
 //            as mlp's: it adds no rounding of its own to the comparison).
 // Linear layers (the GemmCall's `layer`): numbered in this fixed order, per block in pattern
-//   order: A: qkv (or q, k, v), o; F: gateup, down; then the head last (also when tied: its
-//   weight is E). lm_linears() lists them.
+//   order: A: qkv (or q, k, v), o; F: gateup, down; M: mamba_in, mamba_out; then the head last
+//   (also when tied: its weight is E). lm_linears() lists them.
 // GEMMs of linear layer l with weight W_l [rows x cols] (out x in), input A [M x cols], as
 //   mlp_spec.hpp's GemmFn: Fprop first = A [M x cols], second = W -> M x rows; Dgrad first =
 //   dZ [M x rows], second = W -> M x cols; Wgrad first = A [M x cols], second = dZ [M x rows]
@@ -68,14 +76,17 @@
 //   is given): the linear layers go through the GemmFn; the attention products QK^T and PV and
 //   their backward products (dO V^T, P^T dO, dS K, dS^T Q) take BF16-rounded operands (RNE,
 //   format/bf16.hpp: Q and K after RoPE, V, P, dO, dS) and accumulate in FP32 in ascending
-//   order, as a fused attention kernel does; RoPE, softmax, RMSNorm and its gain, SwiGLU,
+//   order, as a fused attention kernel does; the Mamba scan's operands x, B, C and its incoming
+//   gradient are rounded to BF16 the same way (sim/lm_mamba.hpp), its states, decays and sums
+//   FP32; the conv, RoPE, softmax, RMSNorm and its gain, SwiGLU,
 //   the residual adds, the cross-entropy and its gradient, the optimizer are FP32. The
 //   softmax backward uses the unrounded P. Without bf16_attention (and always in the
 //   reference) those products take T operands.
 // Optimizer: AdamW as mlp's (model/mlp_math.hpp adamw_update: bias-corrected moments,
 //   decoupled decay lr wd w), weight decay on the linear layers' matrices (the untied head
-//   included) only: not on the norm gains and not on the embedding (tied or not), whose rows
-//   only move when their tokens occur. Before it, global gradient-norm clipping: norm =
+//   included) only: not on the norm gains, not on the Mamba mixers' own parameters (conv,
+//   dt_bias, a_log, D, the gated norm's gain: Mamba-2 exempts the SSM's) and not on the
+//   embedding (tied or not), whose rows only move when their tokens occur. Before it, global gradient-norm clipping: norm =
 //   sqrt(sum of g^2 over every parameter in lm_params order, elements ascending), summed in
 //   the wider of T and double; g = g * min(1, max_grad_norm / norm) in T (max_grad_norm = 0:
 //   off). Learning rate: model/lr_schedule.hpp's scheduled_lr (double, the same in every T).
@@ -84,8 +95,14 @@
 //   so that every T starts from the same values; gains 1.
 //   gpt2:   N(0, 0.02^2), W_o and W_down with std 0.02 / sqrt(2 n_blocks) (residual outputs).
 //   scaled: N(0, 1 / cols) (fan-in; cols = d for E and the head).
-// Tiling: a GemmFn of NVFP4 needs M and every linear dimension to be multiples of 16; the
-//   recipe checks that on the call, lm_tiling_problem() says it beforehand.
+//   Mamba mixers (either init): W_in and W_out as the other linears (W_out a residual
+//   output); conv weights N(0, 1 / (3 K)) (the variance of PyTorch's default
+//   U(-1/sqrt(K), 1/sqrt(K)) for a depthwise conv), conv bias 0, D 1, the gated norm's gain 1,
+//   a_log and dt_bias deterministic (sim/lm_mamba.hpp: A from -1 to -16, dt from 0.001 to 0.1
+//   across the heads).
+// Tiling: a GemmFn of NVFP4 needs M and every linear dimension to be multiples of 16 (for M
+//   blocks: DI and the in-projection's 2 DI + 2 G N + Hm rows, so Hm % 16 == 0 where G N is);
+//   the recipe checks that on the call, lm_tiling_problem() says it beforehand.
 #pragma once
 
 #include <cstdint>
@@ -109,6 +126,16 @@ struct LmOptimizer {
   double decay_fraction = 0.2;
 };
 
+// The Mamba-2 mixers' shape (block M; unused by patterns without M).
+struct LmMamba {
+  std::int64_t state = 16;      // N: the state size per head and group
+  std::int64_t head_dim = 8;    // P: channels per mixer head (heads = expand d_model / head_dim)
+  std::int64_t expand = 2;      // d_inner = expand d_model
+  std::int64_t groups = 1;      // G: B and C are shared by the heads of a group
+  std::int64_t conv_width = 4;  // K
+  std::int64_t chunk = 16;      // scan chunk length; divides seq_len
+};
+
 struct LmSpec {
   std::int64_t vocab = 256;
   std::int64_t d_model = 64;
@@ -117,31 +144,38 @@ struct LmSpec {
   std::int64_t ffn = 128;           // SwiGLU hidden width
   std::int64_t seq_len = 64;
   std::int64_t batch = 8;           // sequences per step
-  std::string pattern = "AFAF";     // one letter per block: A attention, F SwiGLU FFN
+  std::string pattern = "AFAF";     // one letter per block: A attention, F SwiGLU FFN, M Mamba-2
   bool fused_qkv = true;            // one [W_q; W_k; W_v] linear, or three
   bool tied_embeddings = false;     // head = E
   double rope_base = 10000.0;
   double norm_eps = 1e-6;
   std::string init = "gpt2";        // gpt2 | scaled
   std::uint64_t seed = 1;           // initialisation
+  LmMamba mamba;
   LmOptimizer optimizer;
 };
 
 // Throws std::invalid_argument "lm: <key> ..." naming the key: vocab < 2, d_model, heads,
 // kv_heads, ffn, seq_len, batch < 1, d_model % heads, heads % kv_heads, an odd head dimension
-// (RoPE rotates pairs), an empty pattern or an unknown letter, rope_base <= 1, norm_eps <= 0,
+// (RoPE rotates pairs), an empty pattern, an unknown letter or no sequence mixer, with M
+// blocks mamba.* out of range (sizes < 1, d_inner % head_dim, heads % groups, seq_len % chunk),
+// rope_base <= 1, norm_eps <= 0,
 // an unknown init, optimizer.* out of range (lr > 0, beta1/beta2 in [0, 1), eps > 0,
 // weight_decay >= 0, max_grad_norm >= 0, the schedule's fields).
 void validate(const LmSpec& s);
 
 std::int64_t lm_head_dim(const LmSpec& s);  // d_model / heads
 
-enum class LmBlockKind { Attention, Ffn };
+// The Mamba mixers' d_inner = expand d_model and heads = d_inner / head_dim.
+std::int64_t lm_mamba_d_inner(const LmSpec& s);
+std::int64_t lm_mamba_heads(const LmSpec& s);
+
+enum class LmBlockKind { Attention, Ffn, Mamba };
 // The blocks of s.pattern; std::invalid_argument naming `pattern` and the letter otherwise.
 std::vector<LmBlockKind> lm_blocks(const LmSpec& s);
 
-enum class LmLinearKind { Qkv, Q, K, V, AttnOut, FfnGateUp, FfnDown, Head };
-std::string to_string(LmLinearKind k);  // qkv, q, k, v, o, gateup, down, head
+enum class LmLinearKind { Qkv, Q, K, V, AttnOut, FfnGateUp, FfnDown, MambaIn, MambaOut, Head };
+std::string to_string(LmLinearKind k);  // qkv, q, k, v, o, gateup, down, mamba_in, mamba_out, head
 
 // One linear layer: its block (-1 for the head), kind, weight shape rows x cols (out x in) and
 // the parameter (index into lm_params) holding its weight - E's for a tied head.
@@ -155,11 +189,14 @@ struct LmLinear {
 std::vector<LmLinear> lm_linears(const LmSpec& s);
 
 // The parameters, in the fixed order of state vectors, gradients and the clipping norm:
-// the embedding; per block its norm gain, then its linear weights in linear order; the final
-// norm gain; the head (untied only).
-enum class LmParamKind { Embedding, NormGain, Linear };
+// the embedding; per block its norm gain, then its linear weights in linear order (an M
+// block's own parameters between its two: mamba_in, conv_w [conv_dim x K], conv_b, dt_bias,
+// a_log, d_skip [heads], mixer_norm [d_inner], mamba_out); the final norm gain; the head
+// (untied only).
+enum class LmParamKind { Embedding, NormGain, Linear, Mixer };
 struct LmParam {
-  std::string name;        // embedding, blocks.<b>.norm, blocks.<b>.<linear kind>, final_norm, head
+  std::string name;        // embedding, blocks.<b>.norm, blocks.<b>.<linear kind or mixer
+                           // parameter>, final_norm, head
   LmParamKind kind = LmParamKind::Linear;
   int block = -1;          // -1: embedding, final norm, head
   int linear = -1;         // the linear layer using it as weight (-1: embedding, gains)
@@ -176,7 +213,7 @@ std::vector<LmParam> lm_params(const LmSpec& s);
 std::vector<int> lm_high_precision_linears(const LmSpec& s, int first_blocks, int last_blocks);
 
 // "" when every GEMM dimension of the model tiles by 16 (d_model, ffn, kv_heads * head_dim,
-// vocab, batch * seq_len), else one line naming each one that does not: what an NVFP4 recipe
+// vocab, batch * seq_len; with M blocks d_inner and the in-projection's rows), else one line naming each one that does not: what an NVFP4 recipe
 // will refuse, for the config layer to report before a run starts. Does not validate.
 std::string lm_tiling_problem(const LmSpec& s);
 

@@ -12,6 +12,7 @@
 #include "model/mlp_math.hpp"
 #include "sim/generators.hpp"
 #include "sim/lm_attention.hpp"
+#include "sim/lm_mamba.hpp"
 #include "sim/mlp_precision.hpp"
 #include "sim/plain_gemm.hpp"
 
@@ -39,9 +40,10 @@ std::uint64_t init_seed(std::uint64_t seed, std::uint64_t index) {
 
 // Standard deviation of a matrix parameter under the spec's init (lm_spec.hpp).
 double init_std(const LmSpec& s, const LmParam& p, const std::vector<LmLinear>& lin, std::int64_t n_blocks) {
+  if (p.kind == LmParamKind::Mixer) return 1.0 / std::sqrt(3.0 * static_cast<double>(p.cols));  // conv_w: cols = K
   if (s.init == "scaled") return 1.0 / std::sqrt(static_cast<double>(p.cols));
   const LmLinearKind k = p.linear >= 0 ? lin[static_cast<std::size_t>(p.linear)].kind : LmLinearKind::Head;
-  const bool residual_out = k == LmLinearKind::AttnOut || k == LmLinearKind::FfnDown;
+  const bool residual_out = k == LmLinearKind::AttnOut || k == LmLinearKind::FfnDown || k == LmLinearKind::MambaOut;
   return residual_out ? 0.02 / std::sqrt(2.0 * static_cast<double>(n_blocks)) : 0.02;
 }
 
@@ -190,6 +192,8 @@ struct BlockCache {
   NormCache<T> norm;
   std::vector<T> q, k, v, o;  // attention: q and k after RoPE; o = the heads' outputs
   std::vector<T> gu, f;       // FFN: [G U], silu(G) U
+  std::vector<T> zx, my;      // Mamba: the in-projection's output, the mixer's output
+  MambaCache<T> mamba;
 };
 
 template <class T>
@@ -205,6 +209,8 @@ struct Model {
   Linears<T> L;
   bool bf16;
   AttentionShape shape;
+  MambaShape mshape;
+  std::vector<std::size_t> mixer;    // per M block: its conv_w parameter (the mixer's six follow)
   RopeTable<T> rope;
   std::int64_t M, d;
 
@@ -222,6 +228,7 @@ struct Model {
         M(batch * spec.seq_len),
         d(spec.d_model) {
     first_lin.assign(blocks.size(), -1);
+    mixer.assign(blocks.size(), 0);
     gain.assign(blocks.size(), 0);
     for (std::size_t l = lin.size(); l-- > 0;)
       if (lin[l].block >= 0) first_lin[static_cast<std::size_t>(lin[l].block)] = static_cast<int>(l);
@@ -230,9 +237,20 @@ struct Model {
       if (info[i].block >= 0) gain[static_cast<std::size_t>(info[i].block)] = i;
       else final_gain = i;
     }
+    for (std::size_t i = info.size(); i-- > 0;)
+      if (info[i].kind == LmParamKind::Mixer) mixer[static_cast<std::size_t>(info[i].block)] = i;
+    const LmMamba& mb = spec.mamba;
+    mshape = MambaShape{batch, spec.seq_len, lm_mamba_heads(spec), mb.head_dim, mb.state, mb.groups, mb.conv_width,
+                        mb.chunk};
   }
 
   std::size_t param_of(int l) const { return static_cast<std::size_t>(lin[static_cast<std::size_t>(l)].param); }
+  // The mixer's own parameters of M block b, in lm_params order.
+  MambaParams<T> mixer_params(std::size_t b) const {
+    const std::size_t i = mixer[b];
+    return MambaParams<T>{p[i].data(), p[i + 1].data(), p[i + 2].data(), p[i + 3].data(), p[i + 4].data(),
+                          p[i + 5].data()};
+  }
   const std::vector<T>& weight(int l) const { return p[param_of(l)]; }
   std::int64_t rows(int l) const { return lin[static_cast<std::size_t>(l)].rows; }
   std::int64_t cols(int l) const { return lin[static_cast<std::size_t>(l)].cols; }
@@ -319,6 +337,11 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
       c.o.resize(static_cast<std::size_t>(M * qd));
       attention_forward(m.shape, c.q.data(), c.k.data(), c.v.data(), m.bf16, c.o.data());
       z = m.fprop(lo, c.o);
+    } else if (m.blocks[b] == LmBlockKind::Mamba) {
+      c.zx = m.fprop(l0, c.norm.a);
+      c.my.resize(static_cast<std::size_t>(M * m.mshape.d_inner()));
+      mamba_mixer_forward(m.mshape, m.mixer_params(b), c.zx.data(), eps, m.bf16, c.mamba, c.my.data());
+      z = m.fprop(l0 + 1, c.my);
     } else {
       c.gu = m.fprop(l0, c.norm.a);
       c.f.resize(static_cast<std::size_t>(M * F));
@@ -407,6 +430,21 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
             for (std::size_t e = 0; e < da.size(); ++e) da[e] = da[e] + daj[e];
         }
       }
+    } else if (m.blocks[bi] == LmBlockKind::Mamba) {
+      grad_of(l0 + 1) = m.wgrad(l0 + 1, c.my, dh);
+      const std::vector<T> dmy = m.dgrad(l0 + 1, dh);
+      std::vector<T> dzx(c.zx.size());
+      MambaGrads<T> mg;
+      mamba_mixer_backward(m.mshape, m.mixer_params(bi), c.zx.data(), c.mamba, dmy.data(), eps, m.bf16, dzx.data(), mg);
+      const std::size_t i0 = m.mixer[bi];
+      g[i0] = std::move(mg.conv_w);
+      g[i0 + 1] = std::move(mg.conv_b);
+      g[i0 + 2] = std::move(mg.dt_bias);
+      g[i0 + 3] = std::move(mg.a_log);
+      g[i0 + 4] = std::move(mg.d_skip);
+      g[i0 + 5] = std::move(mg.norm_g);
+      grad_of(l0) = m.wgrad(l0, c.norm.a, dzx);
+      da = m.dgrad(l0, dzx);
     } else {
       grad_of(l0 + 1) = m.wgrad(l0 + 1, c.f, dh);
       const std::vector<T> df = m.dgrad(l0 + 1, dh);
@@ -449,8 +487,17 @@ LmState<T> init_lm_state(const LmSpec& s) {
   for (std::size_t i = 0; i < info.size(); ++i) {
     const LmParam& p = info[i];
     const auto n = static_cast<std::size_t>(p.rows * p.cols);
-    if (p.kind == LmParamKind::NormGain) {
+    const auto named = [&](const char* suffix) {
+      const std::string sfx = std::string(".") + suffix;
+      return p.name.size() > sfx.size() && p.name.compare(p.name.size() - sfx.size(), sfx.size(), sfx) == 0;
+    };
+    if (p.kind == LmParamKind::NormGain || (p.kind == LmParamKind::Mixer && (named("d_skip") || named("mixer_norm")))) {
       st.p.emplace_back(n, T(1));
+    } else if (p.kind == LmParamKind::Mixer && named("conv_b")) {
+      st.p.emplace_back(n, T(0));
+    } else if (p.kind == LmParamKind::Mixer && (named("a_log") || named("dt_bias"))) {
+      const std::vector<float> v = named("a_log") ? mamba_initial_a_log(p.cols) : mamba_initial_dt_bias(p.cols);
+      st.p.emplace_back(v.begin(), v.end());
     } else {
       GeneratorSpec g;
       g.kind = "normal";

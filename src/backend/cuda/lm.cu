@@ -49,6 +49,8 @@ struct Block {
 
 std::string lm_cuda_unsupported(const LmSpec& spec, const RecipeGemmOptions& opt) {
   validate(spec);
+  if (spec.pattern.find('M') != std::string::npos)
+    return "Mamba-2 (M) blocks have no resident GPU path yet (the host runs the model, the GPU its GEMMs)";
   const std::string tiling = lm_tiling_problem(spec);
   if (!tiling.empty()) return tiling;
   const auto lin = lm_linears(spec);

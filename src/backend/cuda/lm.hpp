@@ -19,7 +19,7 @@
 // attention block): plain and exact rather than fast.
 // Each step after the first runs as one CUDA graph: the kernels read the step's SR seed and
 // AdamW coefficients from device memory, the tokens are copied up before the launch.
-// Other recipes (fp8, mxfp4) and shapes that do not tile by 16 are not resident:
+// Other recipes (fp8, mxfp4), Mamba-2 blocks and shapes that do not tile by 16 are not resident:
 // lm_cuda_unsupported says why, and the backend falls back to host quantization + GPU GEMMs.
 #pragma once
 
