@@ -244,8 +244,8 @@ void print_lm(const LmRunSpec& spec, const std::string& config_source, const LmR
               config_source.c_str(), static_cast<long long>(spec.steps), spec.model.pattern.c_str(), s.loss_floor,
               s.unigram_loss);
   if (spec.reference_enabled)
-    std::printf("reference (double): final loss %.6g, tail loss %.6g (mean of the last tenth of the steps)\n",
-                s.reference_final_loss, s.reference_tail_loss);
+    std::printf("reference (%s): final loss %.6g, tail loss %.6g (mean of the last tenth of the steps)\n",
+                to_string(spec.reference_precision).c_str(), s.reference_final_loss, s.reference_tail_loss);
   else
     std::printf("reference off (no gaps, no weight errors)\n");
   if (s.reference_first_nonfinite_step >= 0)

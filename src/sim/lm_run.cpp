@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "model/recipe_gemm.hpp"
 #include "sim/lm.hpp"
@@ -219,9 +220,13 @@ LmRunSpec parse_lm_run(Config& cfg, std::int64_t steps) {
   parse_data(cfg, r);
   parse_recipes(cfg, r);
   parse_reference_cadence(cfg, r.reference_enabled, r.compare_every, r.probe_draws);
-  const std::string precision = cfg.get_string("reference.precision", "double");
-  cfg.require(precision == "double", "reference.precision",
-              "must be double for the lm workload (its binary128 and mp256 references are the mlp's)");
+  try {
+    r.reference_precision = parse_mlp_precision(cfg.get_string("reference.precision", "double"));
+  } catch (const std::invalid_argument& e) {
+    cfg.require(false, "reference.precision", e.what());
+  }
+  cfg.require(!cfg.has("reference.check_precision"), "reference.check_precision",
+              "is the mlp's: the lm workload does not redo its reference's steps in a wider type");
   parse_trace_cadence(cfg, r.trace_every, r.flush_every);
   return r;
 }
@@ -305,11 +310,12 @@ ProbeResult local_error(const LmSpec& model, const std::vector<std::vector<float
 
 
 
-// One run of the workload from its checkpoint on.
+// One run of the workload from its checkpoint on, with the reference in Ref.
+template <class Ref>
 class LmRun {
  public:
   LmRun(const LmRunSpec& spec, const LmRunControl& ctl, const CheckpointMark& mark, LmTrace& trace,
-        std::optional<RowJournal>& journal, LmState<double>& ref, RunProgress& progress)
+        std::optional<RowJournal>& journal, LmState<Ref>& ref, RunProgress& progress)
       : spec_(spec), ctl_(ctl), mark_(mark), model_(spec.model), R_(spec.recipes.size()),
         L_(static_cast<int>(lm_linears(spec.model).size())), switch_step_(lm_switch_step(spec)), batches_(spec),
         trace_(trace), journal_(journal), ref_(ref), start_(mark.step), progress_(progress) {}
@@ -375,7 +381,7 @@ class LmRun {
       reference = std::thread([&, ref_threads] {
         omp_set_num_threads(ref_threads);
         try {
-          ref_stats = lm_train_step<double>(model_, ref_, batch.ids.data(), nullptr);
+          ref_stats = lm_train_step<Ref>(model_, ref_, batch.ids.data(), nullptr);
         } catch (...) {
           ref_error = std::current_exception();
         }
@@ -411,14 +417,29 @@ class LmRun {
     if (flush) checkpoint(s + 1, states);
   }
 
+  // The reference's parameters as doubles (RNE for a wider Ref: the comparisons' scale is the
+  // low-precision runs' error, far above double's resolution); a double reference's own.
+  const std::vector<std::vector<double>>& reference_params(std::vector<std::vector<double>>& rounded) const {
+    if constexpr (std::is_same_v<Ref, double>) {
+      return ref_.p;
+    } else {
+      rounded.assign(ref_.p.size(), {});
+      for (std::size_t i = 0; i < ref_.p.size(); ++i)
+        for (const Ref& x : ref_.p[i]) rounded[i].push_back(mlp_to_double(x));
+      return rounded;
+    }
+  }
+
   LmCompareRow compare_row(std::int64_t s, const std::vector<LmState<float>>& states) {
     LmCompareRow row;
     row.step = s;
     const TokenBatch next = batches_(s + 1);
+    std::vector<std::vector<double>> rounded;
+    const std::vector<std::vector<double>>& ref_p = reference_params(rounded);
     for (std::size_t r = 0; r < R_; ++r) {
       LmCompareRow::Run x;
       RelError total;
-      for (std::size_t i = 0; i < ref_.p.size(); ++i) x.weight_rel_error.push_back(total.add(states[r].p[i], ref_.p[i]));
+      for (std::size_t i = 0; i < ref_p.size(); ++i) x.weight_rel_error.push_back(total.add(states[r].p[i], ref_p[i]));
       x.weight_rel_error_total = total.value();
       const std::string recipe = recipe_at(r, s + 1);
       const int draws = gemms_[r]->uses_sr() ? static_cast<int>(spec_.probe_draws) : 1;
@@ -462,17 +483,18 @@ class LmRun {
   LmBatches batches_;
   LmTrace& trace_;
   std::optional<RowJournal>& journal_;
-  LmState<double>& ref_;
+  LmState<Ref>& ref_;
   const std::int64_t start_;
   RunProgress& progress_;
   std::vector<std::unique_ptr<LmTrainer>> trainers_;
   std::vector<std::unique_ptr<RecipeGemm>> gemms_;
-  std::optional<std::pair<LmState<double>, std::vector<LmState<float>>>> final_states_;
+  std::optional<std::pair<LmState<Ref>, std::vector<LmState<float>>>> final_states_;
 };
 
-LmRunOutcome run_lm_checked(const LmRunSpec& spec, const LmRunControl& ctl, LmRunSummary* summary) {
+template <class Ref>
+LmRunOutcome run_lm_in(const LmRunSpec& spec, const LmRunControl& ctl, LmRunSummary* summary) {
   std::vector<LmState<float>> lp(spec.recipes.size(), init_lm_state<float>(spec.model));
-  LmState<double> ref = init_lm_state<double>(spec.model);
+  LmState<Ref> ref = init_lm_state<Ref>(spec.model);
   const LmTraceInfo info = trace_info(spec, LmBatches(spec));
   if (!ctl.resume)
     create_run_files(
@@ -498,7 +520,7 @@ LmRunOutcome run_lm_checked(const LmRunSpec& spec, const LmRunControl& ctl, LmRu
   for (auto& s : lp) s.step = start;
   RunProgress progress{start, false};
   return run_guarded(trace, ctl.path, ctl.resume, progress, [&] {
-    LmRun run(spec, ctl, mark, trace, journal, ref, progress);
+    LmRun<Ref> run(spec, ctl, mark, trace, journal, ref, progress);
     return run.run(lp, summary);
   });
 }
@@ -507,7 +529,8 @@ LmRunOutcome run_lm_checked(const LmRunSpec& spec, const LmRunControl& ctl, LmRu
 
 LmRunOutcome run_lm(const LmRunSpec& spec, const LmRunControl& ctl, LmRunSummary* summary) {
   try {
-    return run_lm_checked(spec, ctl, summary);
+    return dispatch_mlp_precision(spec.reference_precision,
+                                  [&](auto r) { return run_lm_in<decltype(r)>(spec, ctl, summary); });
   } catch (const ResumeRefused& e) {  // one line that says what was refused and what to do
     rethrow_resume_refused(ctl.path, e);
   }

@@ -1,7 +1,7 @@
 // The `lm` workload of `fp4drift run`: low-precision training runs of the decoder-only
-// transformer (model/lm_spec.hpp), one per recipe, beside a double-precision reference that
-// sees the same tokens from the same initialisation, with the trace written as it goes
-// (docs/trace-format.md, "run", workload lm).
+// transformer (model/lm_spec.hpp), one per recipe, beside a high-precision reference (double,
+// binary128 or mp256) that sees the same tokens from the same initialisation, with the trace
+// written as it goes (docs/trace-format.md, "run", workload lm).
 //
 //   workload = "lm"
 //   [lm]            the model (LmSpec's fields: vocab, d_model, heads, kv_heads, ffn, seq_len,
@@ -16,7 +16,11 @@
 //                   edge_recipe, default bf16; the LM head always is, as the paper keeps it);
 //                   switch_to_bf16_at = 0.9 (fraction of the steps after which every run
 //                   trains in bf16: the paper's remedy for the late loss gap; 0 = never)
-//   [reference]     enabled, compare_every, probe_draws (as the mlp's); precision = "double"
+//   [reference]     enabled, compare_every, probe_draws (as the mlp's); precision = "double" |
+//                   "binary128" | "mp256" (the mlp's scalars, sim/mlp_precision.hpp: the same
+//                   model code in that type; comparisons round its parameters to double, the
+//                   local-error probe's exact gradient stays double). The mlp's check_precision
+//                   is not offered: the lm's trace has no columns for it
 //   [trace]         every, flush_every
 //
 // The loop: at every step the reference (its own thread) and each run (in turn) step on the
@@ -25,7 +29,8 @@
 // error against the reference and the local-error probe; at flush steps the rows, then the
 // checkpoint. Resume, interruption and failure behave as the mlp's (sim/mlp_run.hpp): the
 // same files (trace/run_files.hpp), bit-exact continuation (batches and SR draws are functions
-// of (seed, step); the checkpoint holds every parameter and moment).
+// of (seed, step); the checkpoint holds every parameter and moment, a wide reference's exactly
+// as its double limbs).
 #pragma once
 
 #include <atomic>
@@ -38,6 +43,7 @@
 
 #include "model/lm_spec.hpp"
 #include "model/lm_trainer.hpp"
+#include "sim/mlp_precision.hpp"
 #include "sim/token_source.hpp"
 #include "trace/token_file.hpp"
 #include "util/config.hpp"
@@ -57,6 +63,7 @@ struct LmRunSpec {
   std::string edge_recipe = "bf16";
   double switch_to_bf16_at = 0;  // in [0, 1); 0 = never
   bool reference_enabled = true;
+  MlpPrecision reference_precision = MlpPrecision::Double;
   std::int64_t compare_every = 10;
   std::int64_t probe_draws = 4;
   std::int64_t trace_every = 1, flush_every = 100;

@@ -38,7 +38,7 @@ void write_root(h5::Group root, const LmRunSpec& spec, const LmRunControl& ctl, 
   g.set_attr("compare_every", spec.compare_every);
   g.set_attr("trace_every", spec.trace_every);
   g.set_attr("reference_enabled", std::int64_t{spec.reference_enabled ? 1 : 0});
-  g.set_attr("reference_precision", std::string("double"));
+  g.set_attr("reference_precision", to_string(spec.reference_precision));
   g.set_attr("vocab", m.vocab);
   g.set_attr("d_model", m.d_model);
   g.set_attr("heads", m.heads);
@@ -79,7 +79,8 @@ void write_root(h5::Group root, const LmRunSpec& spec, const LmRunControl& ctl, 
 
 }  // namespace
 
-void write_lm_states(h5::Group g, const LmState<double>& ref, const std::vector<LmState<float>>& runs, Fnv1a64* digest) {
+template <class Ref>
+void write_lm_states(h5::Group g, const LmState<Ref>& ref, const std::vector<LmState<float>>& runs, Fnv1a64* digest) {
   const auto put = [&](const std::string& prefix, const auto& s) {
     write_state_list(g, prefix + "_p", s.p, digest);
     write_state_list(g, prefix + "_m", s.m, digest);
@@ -89,7 +90,8 @@ void write_lm_states(h5::Group g, const LmState<double>& ref, const std::vector<
   for (std::size_t r = 0; r < runs.size(); ++r) put("run_" + std::to_string(r), runs[r]);
 }
 
-void read_lm_states(h5::Group g, LmState<double>& ref, std::vector<LmState<float>>& runs, Fnv1a64* digest) {
+template <class Ref>
+void read_lm_states(h5::Group g, LmState<Ref>& ref, std::vector<LmState<float>>& runs, Fnv1a64* digest) {
   const auto get = [&](const std::string& prefix, auto& s) {
     read_state_list(g, prefix + "_p", s.p, digest);
     read_state_list(g, prefix + "_m", s.m, digest);
@@ -242,7 +244,8 @@ void LmTrace::sync() { impl_->file.sync(); }
 void LmTrace::flush() { impl_->file.flush(); }
 void LmTrace::close() { impl_->file.close(); }
 
-LmRunSummary LmTrace::finish(const LmState<double>& ref, const std::vector<LmState<float>>& runs) {
+template <class Ref>
+LmRunSummary LmTrace::finish(const LmState<Ref>& ref, const std::vector<LmState<float>>& runs) {
   Impl& t = *impl_;
   h5::Group root = t.file.root();
   h5::Group lm = root.open_group(lm_trace::kGroup);
@@ -297,5 +300,14 @@ LmRunSummary LmTrace::finish(const LmState<double>& ref, const std::vector<LmSta
   t.file.close();
   return s;
 }
+
+#define FP4D_LM_TRACE_FOR(Ref)                                                                                       \
+  template void write_lm_states<Ref>(h5::Group, const LmState<Ref>&, const std::vector<LmState<float>>&, Fnv1a64*); \
+  template void read_lm_states<Ref>(h5::Group, LmState<Ref>&, std::vector<LmState<float>>&, Fnv1a64*);            \
+  template LmRunSummary LmTrace::finish<Ref>(const LmState<Ref>&, const std::vector<LmState<float>>&);
+FP4D_LM_TRACE_FOR(double)
+FP4D_LM_TRACE_FOR(mlp_binary128)
+FP4D_LM_TRACE_FOR(mlp_mp256)
+#undef FP4D_LM_TRACE_FOR
 
 }  // namespace fp4d

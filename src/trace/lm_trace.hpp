@@ -66,9 +66,13 @@ struct LmCompareRow {
 };
 
 // The states of an lm run in its checkpoint and in /lm/checkpoint: reference_{p,m,v}_i,
-// run_r_{p,m,v}_i (float64 reference, float32 runs; i in lm_params order).
-void write_lm_states(h5::Group g, const LmState<double>& ref, const std::vector<LmState<float>>& runs, Fnv1a64* digest);
-void read_lm_states(h5::Group g, LmState<double>& ref, std::vector<LmState<float>>& runs, Fnv1a64* digest);
+// run_r_{p,m,v}_i (float32 runs; a double reference as float64, a wider one as its exact double
+// limbs, trace/run_checkpoint.hpp's state lists; i in lm_params order). Ref: double,
+// mlp_binary128, mlp_mp256.
+template <class Ref>
+void write_lm_states(h5::Group g, const LmState<Ref>& ref, const std::vector<LmState<float>>& runs, Fnv1a64* digest);
+template <class Ref>
+void read_lm_states(h5::Group g, LmState<Ref>& ref, std::vector<LmState<float>>& runs, Fnv1a64* digest);
 
 class LmTrace {
  public:
@@ -106,7 +110,8 @@ class LmTrace {
   // The end of a complete run: final attributes (per run tail loss and gap over the last tenth
   // of the records, growth exponent of the total weight error, first non-finite loss), the
   // final states, status complete; synced and closed.
-  LmRunSummary finish(const LmState<double>& ref, const std::vector<LmState<float>>& runs);
+  template <class Ref>
+  LmRunSummary finish(const LmState<Ref>& ref, const std::vector<LmState<float>>& runs);
 
  private:
   struct Impl;

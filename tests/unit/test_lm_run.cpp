@@ -1,6 +1,6 @@
 // The `lm` workload's run (sim/lm_run.hpp): the trace it writes, bit-exact resumption after a
-// stop, the BF16 switch, token files, and the config errors that must stop it before a trace
-// exists.
+// stop (with a double and a binary128 reference), the BF16 switch, token files, and the config
+// errors that must stop it before a trace exists.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -158,6 +158,74 @@ TEST_CASE("lm run: stopped and resumed, the trace is the uninterrupted run's bit
   }
 }
 
+// A binary128 reference: recorded as such, its states checkpointed exactly (three double limbs
+// per value: some value needs its second limb, so the reference did not run in double), and a
+// run stopped after a checkpoint of trained (truly wide) values resumes to the uninterrupted
+// run's trace bit for bit - final checkpoint included. 8 steps: a binary128 step of this model
+// takes ~0.1 s. Its losses are not double's (a different reference), yet its step-0
+// loss is double's to within double's evaluation error (test_lm's bound for such models,
+// 2 N_f K u (1 + |L|) with N_f = 11 forward reductions of length K <= 32).
+TEST_CASE("lm run: a binary128 reference is recorded, checkpointed exactly and resumed bit for bit") {
+  TempDir d("fp4d_test_lm_run");
+  std::string base = tiny_config();
+  base.replace(base.find("steps = 12"), 10, "steps = 8");
+  std::string text = base;
+  text.replace(text.find("compare_every = 4"), 17, "compare_every = 4\nprecision = \"binary128\"");
+  const LmRunSpec spec = parse(text);
+  REQUIRE(spec.reference_precision == MlpPrecision::Binary128);
+  REQUIRE(run_lm(spec, control(d.file("whole.h5"), text)) == LmRunOutcome::Complete);
+  REQUIRE(run_lm(parse(base), control(d.file("double.h5"), base)) == LmRunOutcome::Complete);
+  {
+    const h5::File f = h5::File::open_read(d.file("whole.h5"));
+    const h5::Group root = f.root();
+    CHECK(root.open_group("lm").get_attr_string("reference_precision") == "binary128");
+    h5::Dims dims;
+    const std::vector<double> limbs = root.read<double>("lm/checkpoint/reference_p_2", &dims);  // blocks.0.qkv
+    REQUIRE(dims.size() == 2);
+    CHECK(dims[1] == 3);
+    bool second_limb = false;
+    for (std::size_t i = 0; i < dims[0]; ++i) second_limb = second_limb || limbs[3 * i + 1] != 0.0;
+    CHECK(second_limb);
+    (void)root.read<float>("lm/checkpoint/run_0_p_2", &dims);
+    CHECK(dims.size() == 1);
+    const std::vector<double> wide = root.read<double>("lm/reference/loss");
+    const std::vector<double> dbl = h5::File::open_read(d.file("double.h5")).root().read<double>("lm/reference/loss");
+    CHECK(wide != dbl);
+    const double u = std::ldexp(1.0, -53), K = 32, N_f = 11;
+    CHECK(std::abs(wide[0] - dbl[0]) <= 2 * N_f * K * u * (1 + std::abs(wide[0])));
+    CHECK(h5::File::open_read(d.file("double.h5")).root().open_group("lm").get_attr_string("reference_precision") ==
+          "double");
+  }
+  {  // stopped after step 7: resumed from the step-5 checkpoint (flush_every 5)
+    const std::string path = d.file("part.h5");
+    std::atomic<bool> stop{false};
+    LmRunControl c = control(path, text);
+    c.stop = &stop;
+    c.progress = [&](std::int64_t done, std::int64_t) {
+      if (done == 7) stop = true;
+    };
+    REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+    LmRunControl r = control(path, text);
+    r.resume = true;
+    REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
+    fp4d::test::check_same_datasets(datasets(d.file("whole.h5")), datasets(path));
+  }
+  // The double config cannot resume the binary128 run's checkpoint (the config differs).
+  {
+    const std::string path = d.file("other.h5");
+    std::atomic<bool> stop{false};
+    LmRunControl c = control(path, text);
+    c.stop = &stop;
+    c.progress = [&](std::int64_t done, std::int64_t) {
+      if (done == 1) stop = true;
+    };
+    REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+    LmRunControl r = control(path, base);
+    r.resume = true;
+    CHECK(contains(message_of([&] { run_lm(parse(base), r); }), "config differs"));
+  }
+}
+
 TEST_CASE("lm run: switch_to_bf16_at trains the last steps in bf16") {
   TempDir d("fp4d_test_lm_run");
   const std::string text = tiny_config("switch_to_bf16_at = 0.5\n");
@@ -214,7 +282,16 @@ TEST_CASE("lm run: bad configs are refused naming the key, before any file exist
   CHECK(contains(err(with("order = 1", "order = 0")), "data.order"));
   CHECK(contains(err(with("vocab = 16", "vocab = 12")), "lm.vocab"));  // the synthetic source needs a power of two
   CHECK(contains(err(with("lr = 0.01", "lr = -1")), "lm.optimizer.lr"));
-  CHECK(contains(err(with("compare_every = 4", "compare_every = 4\nprecision = \"mp256\"")), "reference.precision"));
+  {  // a precision the lm does not have: the key, the value and exactly what it accepts
+    const std::string p = err(with("compare_every = 4", "compare_every = 4\nprecision = \"mp1024\""));
+    CHECK(contains(p, "reference.precision"));
+    CHECK(contains(p, "'mp1024'"));
+    CHECK(contains(p, "(known: double, binary128, mp256)"));
+  }
+  CHECK(contains(err(with("compare_every = 4", "compare_every = 4\ncheck_precision = \"mp256\"")),
+                 "reference.check_precision"));
+  CHECK(parse(with("compare_every = 4", "compare_every = 4\nprecision = \"mp256\"")).reference_precision ==
+        MlpPrecision::Mp256);
   {
     Config cfg = Config::parse(with("pattern = \"AF\"", "pattern = \"AF\"\nwidth = 3"), "t.toml");
     (void)cfg.get_string("workload");
