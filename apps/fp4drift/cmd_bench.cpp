@@ -64,6 +64,7 @@ struct BenchArgs {
   std::int64_t mlp_width = 512, mlp_batch = 512;    // mlp-ref (mlp-cuda: 4096, 4096)
   std::string mlp_config = "data/configs/mlp-quick.toml";  // mlp-cuda: the quick model
   std::int64_t mlp_steps = 2000;                    // mlp-cuda: timed steps of the quick model (lm-cuda: 20)
+  std::string precision;                            // lm-ref: the reference's (empty: the config's)
   bool width_set = false, batch_set = false;
   bool json = false;
 };
@@ -211,6 +212,7 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--width", {"mlp-ref", "mlp-cuda"}},
       {"--batch", {"mlp-ref", "mlp-cuda"}},
       {"--config", {"mlp-cuda", "lm-ref"}},
+      {"--precision", {"lm-ref"}},
       {"--steps", {"mlp-cuda", "lm-cuda"}},
       {"--sizes", {"gemm-ref"}},
       {"--rows", {"quantize-cuda", "quantize-dual-cuda"}},
@@ -248,7 +250,8 @@ int run_bench(const BenchArgs& a, const Given& given) {
   if (a.what == "gemm-cuda") return cuda_bench([&] { return run_bench_gemm_cuda(a.gemm_size, a.repeat, a.json); });
   if (a.what == "mlp-ref") return run_bench_mlp_ref(a.mlp_width, a.mlp_batch, 3, a.repeat, a.json);
   if (a.what == "lm-ref")
-    return run_bench_lm_ref(given("--config") ? a.mlp_config : "data/configs/lm-quick.toml", a.repeat, a.json);
+    return run_bench_lm_ref(given("--config") ? a.mlp_config : "data/configs/lm-quick.toml", a.precision, a.repeat,
+                            a.json);
   if (a.what == "mlp-cuda")
     return cuda_bench([&] {
       return run_bench_mlp_cuda(a.mlp_config, a.width_set ? a.mlp_width : 4096, a.batch_set ? a.mlp_batch : 4096,
@@ -366,6 +369,8 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--batch", a->mlp_batch, "mlp-ref, mlp-cuda: batch (mlp-cuda default 4096)")->capture_default_str()
       ->each([a](const std::string&) { a->batch_set = true; });
   app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config; lm-ref: an lm config (default data/configs/lm-quick.toml)")->capture_default_str();
+  app.add_option("--precision", a->precision,
+                 "lm-ref: the reference's precision, double | binary128 | mp256 (default: the config's [reference] precision)");
   app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10); lm-cuda: timed steps per recipe (default 20)")
       ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');

@@ -29,8 +29,8 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
 int run_bench_lm_cuda(std::int64_t steps, bool json);
 // fp4drift bench mlp-ref (cmd_bench_mlp.cpp).
 int run_bench_mlp_ref(std::int64_t width, std::int64_t batch, int layers, int repeat, bool json);
-// fp4drift bench lm-ref (cmd_bench_lm.cpp).
-int run_bench_lm_ref(const std::string& config, int repeat, bool json);
+// fp4drift bench lm-ref (cmd_bench_lm.cpp); precision: the reference's (empty: the config's).
+int run_bench_lm_ref(const std::string& config, const std::string& precision, int repeat, bool json);
 
 // Errors meant for the user: printed as one line "fp4drift: error: ..." with exit status 2
 // (bad input or usage) by main().

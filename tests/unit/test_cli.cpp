@@ -526,6 +526,8 @@ TEST_CASE("run lm: a complete trace; bad configs and token files are one line, e
       {head + "[data]\nsource = \"" + d.file("missing.h5") + "\"\n", "'data.source'"},
       {head + "[lm.optimizer]\nschedule = \"linear\"\n", "lm.optimizer.schedule"},
       {head + "dropout = 0.1\n", "unknown config key 'lm.dropout'"},
+      {head + "[reference]\nprecision = \"mp64\"\n", "(known: double, binary128, mp256)"},
+      {head + "[reference]\ncheck_precision = \"mp256\"\n", "'reference.check_precision'"},
   };
   for (const auto& [text, want] : cases) {
     INFO(text);
@@ -536,6 +538,23 @@ TEST_CASE("run lm: a complete trace; bad configs and token files are one line, e
     require_no_output(other);
     CHECK(run("run " + d.file("bad.toml") + " --check").status == 2);  // --check refuses what a run would
   }
+}
+
+TEST_CASE("run lm: an mp256 reference is recorded, printed and checkpointed as 5 exact limbs") {
+  TempDir d;
+  const std::string cfg = write_text(d, "w.toml",
+                                     "workload = \"lm\"\n[lm]\nsteps = 2\nvocab = 16\nd_model = 16\nheads = 2\n"
+                                     "ffn = 16\nseq_len = 8\nbatch = 2\npattern = \"AF\"\n[data]\nzipf_support = 4\n"
+                                     "[recipes]\nnames = [\"fp32\"]\n[reference]\nprecision = \"mp256\"\n");
+  const std::string out = d.file("w.h5");
+  const Result r = run("run " + cfg + " --out " + out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("reference (mp256): final loss") != std::string::npos);
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  CHECK(f.root().open_group("lm").get_attr_string("reference_precision") == "mp256");
+  fp4d::h5::Dims dims;
+  (void)f.root().read<double>("lm/checkpoint/reference_p_0", &dims);  // the embedding, 16 x 16
+  CHECK(dims == fp4d::h5::Dims{16 * 16, 5});
 }
 
 TEST_CASE("run mlp: swiglu, rmsnorm and residual are recorded, and fp32 stays with the reference") {
@@ -607,8 +626,25 @@ TEST_CASE("bench lm-ref times the reference and every recipe's CPU step of an lm
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["parameters"] == 82240);  // lm-quick's model: lm_params of d 64, AFAF, vocab 64, untied
   CHECK(j["reference_ms"].get<double>() > 0);
+  CHECK(j["reference_precision"] == "double");  // lm-quick's [reference] precision
   REQUIRE(j["runs"].size() == 2);
   CHECK(j["runs"][0]["recipe"] == "nvfp4");
+  {  // --precision times the reference in another precision (a small model: binary128 is ~300x double)
+    TempDir d;
+    const std::string cfg = write_text(d, "s.toml",
+                                       "workload = \"lm\"\n[lm]\nvocab = 16\nd_model = 16\nheads = 2\nffn = 16\n"
+                                       "seq_len = 8\nbatch = 2\npattern = \"AF\"\n[data]\nzipf_support = 4\n"
+                                       "[recipes]\nnames = [\"fp32\"]\n");
+    const Result w = run("bench lm-ref --config " + cfg + " --precision binary128 --repeat 1 --json");
+    REQUIRE(w.status == 0);
+    const auto jw = nlohmann::json::parse(w.out);
+    CHECK(jw["reference_precision"] == "binary128");
+    CHECK(jw["reference_ms"].get<double>() > 0);
+    const Result q = run("bench lm-ref --config " + cfg + " --precision quad");
+    CHECK(q.status == 2);
+    CHECK(q.err.find("(known: double, binary128, mp256)") != std::string::npos);
+  }
+  CHECK(run("bench quantize --precision double").status == 2);  // lm-ref's option only
   const Result bad = run("bench lm-ref --config " FP4DRIFT_SOURCE_DIR "/data/configs/mlp-quick.toml");
   CHECK(bad.status == 2);
   CHECK(bad.err.find("not an lm config") != std::string::npos);
