@@ -72,7 +72,7 @@
 //   dU = dF silu(G), silu'(g) = s (1 + g (1 - s)); separate q, k, v: da = dq W_q, then + dk W_k,
 //   then + dv W_v; the embedding dE[x_i] += dH_0[i] for ascending i, added (tied) to the
 //   head's dW_head = dlogits^T a after it.
-// Precision policy of the low-precision run (LmPrecision; bf16_attention is on when a GemmFn
+// Precision policy of the low-precision run (LmPrecision; bf16_mixers is on when a GemmFn
 //   is given): the linear layers go through the GemmFn; the attention products QK^T and PV and
 //   their backward products (dO V^T, P^T dO, dS K, dS^T Q) take BF16-rounded operands (RNE,
 //   format/bf16.hpp: Q and K after RoPE, V, P, dO, dS) and accumulate in FP32 in ascending
@@ -80,7 +80,7 @@
 //   gradient are rounded to BF16 the same way (sim/lm_mamba.hpp), its states, decays and sums
 //   FP32; the conv, RoPE, softmax, RMSNorm and its gain, SwiGLU,
 //   the residual adds, the cross-entropy and its gradient, the optimizer are FP32. The
-//   softmax backward uses the unrounded P. Without bf16_attention (and always in the
+//   softmax backward uses the unrounded P. Without bf16_mixers (and always in the
 //   reference) those products take T operands.
 // Optimizer: AdamW as mlp's (model/mlp_math.hpp adamw_update: bias-corrected moments,
 //   decoupled decay lr wd w), weight decay on the linear layers' matrices (the untied head
@@ -220,12 +220,13 @@ std::string lm_tiling_problem(const LmSpec& s);
 // The schedule fields of the spec's optimizer.
 LrSchedule lm_lr_schedule(const LmSpec& s);
 
-// The precision policy of a run (see "Precision policy" above). bf16_attention applies to
-// T = float only; the reference (T = double) refuses it.
+// The precision policy of a run (see "Precision policy" above). bf16_mixers - BF16 operands
+// for the sequence mixers' own products: attention's and the Mamba scan's - applies to
+// T = float only; the reference refuses it.
 struct LmPrecision {
-  bool bf16_attention = false;
+  bool bf16_mixers = false;
 };
-// The default: BF16 attention operands exactly when the linear layers run through a GemmFn.
+// The default: BF16 mixer operands exactly when the linear layers run through a GemmFn.
 inline LmPrecision lm_default_precision(const GemmFn& gemm) { return LmPrecision{static_cast<bool>(gemm)}; }
 
 }  // namespace fp4d

@@ -222,7 +222,7 @@ struct Model {
         lin(lm_linears(spec)),
         blocks(lm_blocks(spec)),
         L{gemm, step, batch * spec.seq_len},
-        bf16(prec.bf16_attention),
+        bf16(prec.bf16_mixers),
         shape{batch, spec.seq_len, spec.heads, spec.kv_heads, lm_head_dim(spec)},
         rope(rope_table<T>(spec.seq_len, lm_head_dim(spec), spec.rope_base)),
         M(batch * spec.seq_len),
@@ -299,8 +299,8 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
   validate(s);
   if constexpr (!std::is_same_v<T, float>) {
     if (gemm) throw std::invalid_argument("lm: a GemmFn is only accepted for the float32 run (T = float)");
-    if (prec.bf16_attention)
-      throw std::invalid_argument("lm: BF16 attention operands need T = float (the reference has no rounding)");
+    if (prec.bf16_mixers)
+      throw std::invalid_argument("lm: BF16 mixer operands need T = float (the reference has no rounding)");
   }
   check_tokens(s, tokens, batch);
   const Model<T> m(s, params, gemm, step, batch, prec);

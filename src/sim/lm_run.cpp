@@ -74,6 +74,13 @@ void parse_model(Config& cfg, LmRunSpec& r, std::int64_t steps) {
   m.rope_base = cfg.get_double("lm.rope_base", m.rope_base);
   m.norm_eps = cfg.get_double("lm.norm_eps", m.norm_eps);
   m.init = cfg.get_string("lm.init", m.init);
+  LmMamba& mb = m.mamba;
+  mb.state = cfg.get_int("lm.mamba.state", mb.state);
+  mb.head_dim = cfg.get_int("lm.mamba.head_dim", mb.head_dim);
+  mb.expand = cfg.get_int("lm.mamba.expand", mb.expand);
+  mb.groups = cfg.get_int("lm.mamba.groups", mb.groups);
+  mb.conv_width = cfg.get_int("lm.mamba.conv_width", mb.conv_width);
+  mb.chunk = cfg.get_int("lm.mamba.chunk", mb.chunk);
   const std::int64_t seed = cfg.get_int("lm.seed", 1);
   cfg.require(seed >= 0, "lm.seed", "must be >= 0");
   m.seed = static_cast<std::uint64_t>(seed);
@@ -113,6 +120,13 @@ void parse_model(Config& cfg, LmRunSpec& r, std::int64_t steps) {
   within("lm.ffn", M, 2 * m.ffn, "the FFN activations");
   within("lm.ffn", 2 * m.ffn, m.d_model, "the FFN weights");
   within("lm.seq_len", m.batch * m.heads, m.seq_len * m.seq_len, "the attention probabilities");
+  if (m.pattern.find('M') != std::string::npos) {
+    const std::int64_t in_rows = 2 * lm_mamba_d_inner(m) + 2 * mb.groups * mb.state + lm_mamba_heads(m);
+    within("lm.mamba.expand", M, in_rows, "the Mamba in-projection's output");
+    within("lm.mamba.expand", in_rows, m.d_model, "the Mamba in-projection's weights");
+    within("lm.mamba.state", m.seq_len * mb.head_dim, mb.state, "a Mamba head's states over the sequence");
+    within("lm.mamba.state", m.batch * lm_mamba_heads(m), m.seq_len * mb.state, "the scan's dB and dC parts");
+  }
 }
 
 void parse_data(Config& cfg, LmRunSpec& r) {
@@ -185,10 +199,15 @@ void parse_recipes(Config& cfg, LmRunSpec& r) {
     if (blk == 0) continue;
     std::string problem = lm_tiling_problem(r.model);
     const LmSpec& m = r.model;
+    std::map<std::string, std::int64_t> dims{{"d_model", m.d_model}, {"ffn", m.ffn}, {"vocab", m.vocab},
+                                             {"batch x seq_len", m.batch * m.seq_len},
+                                             {"kv_heads x head_dim", m.kv_heads * lm_head_dim(m)}};
+    if (m.pattern.find('M') != std::string::npos) {
+      dims["mamba d_inner"] = lm_mamba_d_inner(m);
+      dims["mamba in-projection rows"] = 2 * lm_mamba_d_inner(m) + 2 * m.mamba.groups * m.mamba.state + lm_mamba_heads(m);
+    }
     if (problem.empty() && blk > 16)
-      for (const auto& [what, v] : std::map<std::string, std::int64_t>{{"d_model", m.d_model}, {"ffn", m.ffn},
-                                                                        {"vocab", m.vocab}, {"batch x seq_len", m.batch * m.seq_len},
-                                                                        {"kv_heads x head_dim", m.kv_heads * lm_head_dim(m)}})
+      for (const auto& [what, v] : dims)
         if (v % blk != 0) problem += (problem.empty() ? "" : "; ") + what + " = " + std::to_string(v) + " is not a multiple of " + std::to_string(blk);
     const std::string key = name == r.edge_recipe && std::find(r.recipes.begin(), r.recipes.end(), name) == r.recipes.end()
                                 ? "recipes.edge_recipe" : "recipes.names";

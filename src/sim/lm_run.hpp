@@ -1,5 +1,5 @@
 // The `lm` workload of `fp4drift run`: low-precision training runs of the decoder-only
-// transformer (model/lm_spec.hpp), one per recipe, beside a high-precision reference (double,
+// language model (model/lm_spec.hpp: attention, SwiGLU and Mamba-2 blocks), one per recipe, beside a high-precision reference (double,
 // binary128 or mp256) that sees the same tokens from the same initialisation, with the trace
 // written as it goes (docs/trace-format.md, "run", workload lm).
 //
@@ -7,6 +7,8 @@
 //   [lm]            the model (LmSpec's fields: vocab, d_model, heads, kv_heads, ffn, seq_len,
 //                   batch, pattern, fused_qkv, tied_embeddings, rope_base, norm_eps, init, seed)
 //                   and steps = 300
+//   [lm.mamba]      the Mamba-2 mixers of M blocks (LmMamba's fields: state, head_dim, expand,
+//                   groups, conv_width, chunk)
 //   [lm.optimizer]  AdamW and schedule (LmOptimizer's fields; total_steps is `steps`)
 //   [data]          source = "synthetic" (sim/token_source.hpp: order, zipf_alpha,
 //                   zipf_support, copy_prob, copy_length, seed; vocab is lm.vocab) or a token
@@ -69,7 +71,7 @@ struct LmRunSpec {
   std::int64_t trace_every = 1, flush_every = 100;
 };
 
-// Reads [lm], [lm.optimizer], [data], [recipes], [reference], [trace] (every key checked, the
+// Reads [lm], [lm.mamba], [lm.optimizer], [data], [recipes], [reference], [trace] (every key checked, the
 // model validated, every GEMM tiled for the recipes, a token file opened and checked against
 // the vocab); steps > 0 overrides lm.steps. ConfigError naming the key otherwise.
 LmRunSpec parse_lm_run(Config& cfg, std::int64_t steps = 0);

@@ -47,6 +47,14 @@ void write_root(h5::Group root, const LmRunSpec& spec, const LmRunControl& ctl, 
   g.set_attr("seq_len", m.seq_len);
   g.set_attr("batch", m.batch);
   g.set_attr("pattern", m.pattern);
+  if (m.pattern.find('M') != std::string::npos) {
+    g.set_attr("mamba_state", m.mamba.state);
+    g.set_attr("mamba_head_dim", m.mamba.head_dim);
+    g.set_attr("mamba_expand", m.mamba.expand);
+    g.set_attr("mamba_groups", m.mamba.groups);
+    g.set_attr("mamba_conv_width", m.mamba.conv_width);
+    g.set_attr("mamba_chunk", m.mamba.chunk);
+  }
   std::vector<std::string> params, linears, kinds;
   std::int64_t count = 0;
   for (const LmParam& p : lm_params(m)) {

@@ -517,7 +517,10 @@ TEST_CASE("run lm: a complete trace; bad configs and token files are one line, e
   }
   const std::string other = d.file("o.h5");
   const std::pair<std::string, std::string> cases[] = {
-      {"workload = \"lm\"\n[lm]\npattern = \"AFM\"\n", "'lm.pattern'"},
+      {"workload = \"lm\"\n[lm]\npattern = \"AFX\"\n", "'lm.pattern'"},
+      {"workload = \"lm\"\n[lm]\npattern = \"FF\"\n", "no sequence mixer"},
+      {head + "pattern = \"MF\"\n[lm.mamba]\nchunk = 5\n", "'lm.mamba.chunk'"},
+      {head + "pattern = \"MF\"\n[lm.mamba]\nhead_dim = 4\nwidth = 5\n", "unknown config key 'lm.mamba.width'"},
       {"workload = \"lm\"\n[lm]\nd_model = 64\nheads = 3\n", "'lm.heads'"},
       {head + "[recipes]\nnames = [\"mxfp4\"]\n", "blocks of 32"},
       {"workload = \"lm\"\n[lm]\nseq_len = 15\nbatch = 1\n", "does not tile"},

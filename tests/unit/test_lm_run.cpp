@@ -158,6 +158,46 @@ TEST_CASE("lm run: stopped and resumed, the trace is the uninterrupted run's bit
   }
 }
 
+// A hybrid of a Mamba-2 and an attention block (d_inner 64 in 16 heads of 4, state 16: the
+// in-projection's 176 rows tile by 16) under NVFP4: the mixer's shape in /lm's attributes,
+// its two linears' operand statistics quantized, the fp32 run beside the reference, and a
+// resume after a checkpoint bit for bit.
+TEST_CASE("lm run: a Mamba-2 hybrid runs, records its mixer and resumes bit for bit") {
+  TempDir d("fp4d_test_lm_run");
+  std::string text = tiny_config();
+  const std::string from = "pattern = \"AF\"\n";
+  text.replace(text.find(from), from.size(),
+               "pattern = \"MA\"\n[lm.mamba]\nstate = 16\nhead_dim = 4\nchunk = 8\nconv_width = 3\n");
+  const LmRunSpec spec = parse(text);
+  REQUIRE(run_lm(spec, control(d.file("whole.h5"), text)) == LmRunOutcome::Complete);
+  const h5::File f = h5::File::open_read(d.file("whole.h5"));
+  const h5::Group lm = f.root().open_group("lm");
+  CHECK(lm.get_attr_string("linear_kinds") == "mamba_in,mamba_out,qkv,o,head");
+  CHECK(lm.get_attr_int64("mamba_chunk") == 8);
+  CHECK(lm.get_attr_int64("mamba_conv_width") == 3);
+  const std::vector<double> nmse = f.root().read<double>("lm/runs/nvfp4/operand_nmse");
+  CHECK(nmse[0] > 1e-3);  // the mixer's in-projection (slot 0: its Fprop input) is NVFP4-quantized
+  const std::vector<double> ref = f.root().read<double>("lm/reference/loss");
+  const std::vector<double> fp32 = f.root().read<double>("lm/runs/fp32/loss");
+  CHECK(std::abs(fp32[0] - ref[0]) < 1e-5 * ref[0]);
+  const std::vector<double> e32 = f.root().read<double>("lm/runs/fp32/weight_rel_error_total");
+  CHECK(e32.back() < 1e-4);
+
+  const std::string path = d.file("part.h5");
+  std::atomic<bool> stop{false};
+  LmRunControl c = control(path, text);
+  c.stop = &stop;
+  c.progress = [&](std::int64_t done, std::int64_t) {
+    if (done == 7) stop = true;
+  };
+  REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+  LmRunControl r = control(path, text);
+  r.resume = true;
+  REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
+  auto a = datasets(d.file("whole.h5")), b = datasets(path);
+  fp4d::test::check_same_datasets(a, b);
+}
+
 // A binary128 reference: recorded as such, its states checkpointed exactly (three double limbs
 // per value: some value needs its second limb, so the reference did not run in double), and a
 // run stopped after a checkpoint of trained (truly wide) values resumes to the uninterrupted
@@ -280,6 +320,16 @@ TEST_CASE("lm run: bad configs are refused naming the key, before any file exist
   CHECK(contains(err(with("[recipes]\n", "[recipes]\nhigh_precision_layers = [2]\n")), "block 2 does not exist"));
   CHECK(contains(err(with("[recipes]\n", "[recipes]\nswitch_to_bf16_at = 1.0\n")), "recipes.switch_to_bf16_at"));
   CHECK(contains(err(with("order = 1", "order = 0")), "data.order"));
+  // Mamba-2 blocks: the mixer's keys, a pattern without a sequence mixer, the in-projection's
+  // tiling (d_inner 64 in 8 heads of 8: 2 x 64 + 2 x 16 + 8 = 168 rows).
+  CHECK(contains(err(with("pattern = \"AF\"", "pattern = \"MF\"\n[lm.mamba]\nchunk = 5")), "lm.mamba.chunk"));
+  CHECK(contains(err(with("pattern = \"AF\"", "pattern = \"MF\"\n[lm.mamba]\ngroups = 3")), "lm.mamba.groups"));
+  CHECK(contains(err(with("pattern = \"AF\"", "pattern = \"FF\"")), "no sequence mixer"));
+  {
+    const std::string m = err(with("pattern = \"AF\"", "pattern = \"MF\"\n[lm.mamba]\nhead_dim = 8"));
+    CHECK(contains(m, "recipes.names"));
+    CHECK(contains(m, "in-projection rows"));
+  }
   CHECK(contains(err(with("vocab = 16", "vocab = 12")), "lm.vocab"));  // the synthetic source needs a power of two
   CHECK(contains(err(with("lr = 0.01", "lr = -1")), "lm.optimizer.lr"));
   {  // a precision the lm does not have: the key, the value and exactly what it accepts

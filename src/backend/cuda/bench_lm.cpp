@@ -17,7 +17,7 @@ namespace fp4d::cuda {
 
 LmCudaBench lm_cuda_bench(const LmSpec& spec, const RecipeGemmOptions& opt, std::int64_t warmup, std::int64_t steps) {
   require_bench_device();
-  // The low-precision run's policy (lm_default_precision of a recipe's GemmFn): BF16 attention.
+  // The low-precision run's policy (lm_default_precision of a recipe's GemmFn): BF16 mixer operands.
   LmCudaTrainer t(spec, opt, LmPrecision{true}, init_lm_state<float>(spec));
   std::mt19937 rng(7);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(spec.batch * (spec.seq_len + 1)));

@@ -331,7 +331,7 @@ struct LmCudaTrainer::Impl {
     o.p = p, o.sb = S * ld, o.sh = hd, o.hdiv = kv ? static_cast<int>(H / KV) : 1;
     o.si = rows_are_i ? ld : 1;  // (position, dim) or (dim, position) as (i, k)
     o.sk = rows_are_i ? 1 : ld;
-    o.bf16 = prec.bf16_attention ? 1 : 0;
+    o.bf16 = prec.bf16_mixers ? 1 : 0;
     return o;
   }
   // The S x S matrices [b][h][t][u]: (t, u) as (i, k), or transposed.
@@ -340,7 +340,7 @@ struct LmCudaTrainer::Impl {
     o.p = p, o.sb = H * S * S, o.sh = S * S, o.hdiv = 1;
     o.si = transposed ? 1 : S;
     o.sk = transposed ? S : 1;
-    o.bf16 = round && prec.bf16_attention ? 1 : 0;
+    o.bf16 = round && prec.bf16_mixers ? 1 : 0;
     return o;
   }
   SeqOut probs_out(float* p) const { return SeqOut{p, H * S * S, S * S, S, 1}; }
@@ -393,7 +393,7 @@ struct LmCudaTrainer::Impl {
     seq_gemm(p);
     const std::int64_t rows = spec.batch * H * S;
     softmax_backward_rows_kernel<<<row_grid(rows), kRowWarps * 32, row_smem(S), stream>>>(k.P->p, dP->p, rows, S, scale,
-                                                                                prec.bf16_attention ? 1 : 0);
+                                                                                prec.bf16_mixers ? 1 : 0);
     launch_check("softmax_backward_rows_kernel launch");
     SeqGemm q;  // dq_t = sum_u dS_tu k_u
     q.a = probs_view(dP->p, false, false);

@@ -7,7 +7,7 @@
 // Semantics: sim/lm.hpp's lm_train_step<float> with model/recipe_gemm.hpp's RecipeGemm, operand
 // for operand (the same QuantSpecs from gemm_operand_spec, the same SR seeds and streams: the
 // GemmCall layer is the linear's index in lm_linears), and the same precision policy
-// (LmPrecision::bf16_attention). What differs from the CPU run is arithmetic that is not
+// (LmPrecision::bf16_mixers). What differs from the CPU run is arithmetic that is not
 // quantization:
 //   - the linear layers' GEMMs accumulate on the tensor cores (FP32 accumulators in the
 //     hardware's order, docs/numerics.md 8b) instead of ascending-k FP32 sums;
