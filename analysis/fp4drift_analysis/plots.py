@@ -151,7 +151,7 @@ def plot_mlp(path: str, out: str, smooth: int = 20) -> None:
     r = _mlp(path)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     (a0, a1), (a2, a3) = axes
-    a0.semilogy(r.step, r.reference_loss, "k--", lw=1, label="reference (double)")
+    a0.semilogy(r.step, r.reference_loss, "k--", lw=1, label=f"reference ({r.reference_precision})")
     for i, run in enumerate(r.runs):
         c = f"C{i}"
         a0.semilogy(r.step, run.loss, color=c, lw=0.8, label=run.name)
@@ -206,7 +206,7 @@ def plot_lm(path: str, out: str, smooth: int = 20) -> None:
     (a0, a1), (a2, a3) = axes
     a0.plot(r.step, r.reference_loss, color="k", lw=0.4, alpha=0.3)
     # the reference on top: the recipes' means would otherwise hide it where they agree with it
-    a0.plot(r.step, running_mean(r.reference_loss, smooth), color="k", lw=1.2, ls="--", label="reference (double)",
+    a0.plot(r.step, running_mean(r.reference_loss, smooth), color="k", lw=1.2, ls="--", label=f"reference ({r.reference_precision})",
             zorder=5)
     for i, run in enumerate(r.runs):
         c = f"C{i}"

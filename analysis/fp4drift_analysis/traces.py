@@ -99,6 +99,13 @@ class _RunConfig(_Provenance):
         """The run's config file, parsed back from the verbatim text in the trace."""
         return tomllib.loads(_str(self.attrs.get("config", "")))
 
+    @property
+    def reference_precision(self) -> str:
+        """The reference's scalar (double, binary128 or mp256); double for traces that predate
+        the attribute."""
+        options = getattr(self, "options", {}) or {}
+        return _str(options.get("reference_precision", "double")) or "double"
+
 
 # --- fp4drift.quantize -----------------------------------------------------------------------
 
@@ -357,10 +364,11 @@ class MlpRun(_RunConfig):
 
 # Linear kinds of an lm trace in model order (`linear_kinds`); q, k, v appear instead of qkv
 # when the model was configured with fused_qkv = false.
-LM_KINDS = ("qkv", "q", "k", "v", "o", "gateup", "down", "head")
+LM_KINDS = ("qkv", "q", "k", "v", "o", "gateup", "down", "mamba_in", "mamba_out", "head")
 OPERAND_STATS = ("nmse", "clipped_fraction", "underflow_fraction", "zero_scale_fraction")
 LM_PROBES = ("grad_cosine", "grad_rel_error", "grad_sr_mean_rel_error")
-LM_MODEL_KEYS = ("vocab", "d_model", "heads", "kv_heads", "ffn", "seq_len", "batch", "pattern", "parameters")
+LM_MODEL_KEYS = ("vocab", "d_model", "heads", "kv_heads", "ffn", "seq_len", "batch", "pattern", "parameters",
+                 "mamba_state", "mamba_head_dim", "mamba_expand", "mamba_groups", "mamba_conv_width", "mamba_chunk")
 
 
 def _never(v) -> int | None:
