@@ -86,7 +86,8 @@ void ssd_scan_chunked(const MambaShape& s, const T* x, const T* dt, const T* A, 
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t g = h / per_group;
-      std::vector<T> state(at(P * N), T(0)), cum(at(L)), hx(at(P));
+      // wl[u]: exp(cum_last - cum_u) dt_u, the weight of position u in the chunk's state update.
+      std::vector<T> state(at(P * N), T(0)), cum(at(L)), hx(at(P)), wl(at(L));
       const auto row = [&](std::int64_t t) { return b * S + t; };
       const auto xv = [&](std::int64_t t, std::int64_t p) { return x[row(t) * DI + h * P + p]; };
       const auto Bv = [&](std::int64_t t, std::int64_t n) { return B[row(t) * GN + g * N + n]; };
@@ -116,11 +117,11 @@ void ssd_scan_chunked(const MambaShape& s, const T* x, const T* dt, const T* A, 
         }
         const T last = cum[at(L - 1)];
         const T el = mlp_math::exp_of(last);
+        for (std::int64_t u = t0; u < t1; ++u) wl[at(u - t0)] = mlp_math::exp_of(T(last - cum[at(u - t0)])) * dtv(u);
         for (std::int64_t p = 0; p < P; ++p)
           for (std::int64_t n = 0; n < N; ++n) {
             T a = el * state[at(p * N + n)];
-            for (std::int64_t u = t0; u < t1; ++u)
-              a = a + ((mlp_math::exp_of(T(last - cum[at(u - t0)])) * dtv(u)) * xv(u, p)) * Bv(u, n);
+            for (std::int64_t u = t0; u < t1; ++u) a = a + (wl[at(u - t0)] * xv(u, p)) * Bv(u, n);
             state[at(p * N + n)] = a;
           }
       }
