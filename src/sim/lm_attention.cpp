@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
+#include "sim/mixer_operands.hpp"
 #include "sim/mlp_precision.hpp"
 
 namespace fp4d {
@@ -16,25 +16,16 @@ namespace {
 
 template <class T>
 void check_bf16(bool bf16) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (bf16) throw std::invalid_argument("lm: BF16 attention operands need T = float (the reference has no rounding)");
-  }
+  mixer::check_bf16<T>(bf16, "attention operands");
 }
+using mixer::operand;
 
-// The operand of an attention product: x, or x rounded to BF16 (RNE).
+// The operands of an attention product: x, or x rounded to BF16 (RNE).
 template <class T>
 std::vector<T> operands(const T* x, std::int64_t n, bool bf16) {
   std::vector<T> r(x, x + n);
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16)
-      for (float& e : r) e = bf16_round(e);
-  }
+  for (T& e : r) e = operand(e, bf16);
   return r;
-}
-template <class T>
-T operand(const T& x, bool bf16) {
-  if constexpr (std::is_same_v<T, float>) return bf16 ? bf16_round(x) : x;
-  else return x;
 }
 
 // 1 / sqrt(head_dim): double's, rounded, for float and double; computed in a wider T (a double

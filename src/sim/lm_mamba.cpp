@@ -7,8 +7,8 @@
 #include <string>
 #include <type_traits>
 
-#include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
+#include "sim/mixer_operands.hpp"
 #include "sim/mlp_precision.hpp"
 
 namespace fp4d {
@@ -17,17 +17,9 @@ namespace {
 
 template <class T>
 void check_bf16(bool bf16) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (bf16) throw std::invalid_argument("lm: BF16 scan operands need T = float (the reference has no rounding)");
-  }
+  mixer::check_bf16<T>(bf16, "scan operands");
 }
-
-// A scan operand: x, or x rounded to BF16 (RNE).
-template <class T>
-T operand(const T& x, bool bf16) {
-  if constexpr (std::is_same_v<T, float>) return bf16 ? bf16_round(x) : x;
-  else return x;
-}
+using mixer::operand;
 
 template <class T>
 T log_of(const T& x) {

@@ -181,10 +181,11 @@ struct Mixer {
   }
 };
 
-Mixer random_mixer(std::uint64_t seed) {
+// Random inputs and parameters for the mixer of shape s: the dt biases moved up by dt_shift
+// from their initial values (dt near 0.1 .. 1 with 2: the decays matter within 8 positions).
+Mixer random_mixer(const MambaShape& s, std::uint64_t seed, double dt_shift) {
   Mixer m;
-  m.s = test_shape();
-  m.s.batch = 2, m.s.seq = 8, m.s.chunk = 4, m.s.head_dim = 2, m.s.state = 3;
+  m.s = s;
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> nd;
   const auto fill = [&](std::vector<double>& v, std::int64_t n, double scale, double offset) {
@@ -197,10 +198,15 @@ Mixer random_mixer(std::uint64_t seed) {
   const auto a = mamba_initial_a_log(m.s.heads), dtb = mamba_initial_dt_bias(m.s.heads);
   m.a_log.assign(a.begin(), a.end());
   m.dt_bias.assign(dtb.begin(), dtb.end());
-  for (double& v : m.dt_bias) v += 2.0;  // dt near 0.1 .. 1: the decays matter within 8 positions
+  for (double& v : m.dt_bias) v += dt_shift;
   fill(m.d_skip, m.s.heads, 0.3, 1.0);
   fill(m.norm_g, m.s.d_inner(), 0.3, 1.0);
   return m;
+}
+Mixer random_mixer(std::uint64_t seed) {
+  MambaShape s = test_shape();
+  s.batch = 2, s.seq = 8, s.chunk = 4, s.head_dim = 2, s.state = 3;
+  return random_mixer(s, seed, 2.0);
 }
 
 // sum_i r_i out_i.
@@ -317,22 +323,12 @@ TEST_CASE("the mixer's initial decays and steps span Mamba-2's ranges") {
 }
 
 TEST_CASE("the mixer's results do not depend on the thread count") {
-  Mixer m = random_mixer(9);
-  m.s.batch = 4, m.s.seq = 64, m.s.heads = 8, m.s.head_dim = 8, m.s.state = 16, m.s.groups = 2, m.s.chunk = 16;
+  // Large enough that every parallel loop runs in parallel (work > 2^15).
+  MambaShape s = test_shape();
+  s.batch = 4, s.seq = 64, s.heads = 8, s.head_dim = 8, s.state = 16, s.groups = 2, s.chunk = 16;
+  const Mixer m = random_mixer(s, 9, 0.0);
   std::mt19937_64 rng(10);
   std::normal_distribution<double> nd;
-  const auto fill = [&](std::vector<double>& v, std::int64_t n, double scale, double offset) {
-    v.resize(static_cast<std::size_t>(n));
-    for (double& e : v) e = offset + scale * nd(rng);
-  };
-  fill(m.zxbcdt, m.s.rows() * m.s.in_width(), 1.0, 0.0);
-  fill(m.conv_w, m.s.conv_dim() * m.s.conv_width, 0.5, 0.0);
-  fill(m.conv_b, m.s.conv_dim(), 0.1, 0.0);
-  const auto a = mamba_initial_a_log(m.s.heads), dtb = mamba_initial_dt_bias(m.s.heads);
-  m.a_log.assign(a.begin(), a.end());
-  m.dt_bias.assign(dtb.begin(), dtb.end());
-  fill(m.d_skip, m.s.heads, 0.3, 1.0);
-  fill(m.norm_g, m.s.d_inner(), 0.3, 1.0);
   std::vector<double> r(static_cast<std::size_t>(m.s.rows() * m.s.d_inner()));
   for (double& v : r) v = nd(rng);
   const auto run = [&](int threads) {

@@ -70,6 +70,25 @@ std::map<std::string, std::vector<double>> datasets(const std::string& path) {
   return fp4d::test::numeric_datasets(f.root());
 }
 
+// Runs `text` into `path` and stops it (as SIGINT does) once `stop_after` steps are done.
+void interrupt_after(const LmRunSpec& spec, const std::string& path, const std::string& text, std::int64_t stop_after) {
+  std::atomic<bool> stop{false};
+  LmRunControl c = control(path, text);
+  c.stop = &stop;
+  c.progress = [&](std::int64_t done, std::int64_t) {
+    if (done == stop_after) stop = true;
+  };
+  REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+}
+
+// Resumes `path` to completion; its trace must then be `whole`'s bit for bit.
+void resume_matches(const LmRunSpec& spec, const std::string& path, const std::string& text, const std::string& whole) {
+  LmRunControl r = control(path, text);
+  r.resume = true;
+  REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
+  fp4d::test::check_same_datasets(datasets(whole), datasets(path));
+}
+
 }  // namespace
 
 TEST_CASE("lm run: a complete trace - every record and compare, the fp32 run beside the reference") {
@@ -137,19 +156,9 @@ TEST_CASE("lm run: stopped and resumed, the trace is the uninterrupted run's bit
   for (const std::int64_t stop_after : {3, 5, 7}) {  // before, at and after a checkpoint (flush_every 5)
     INFO("stopped after step " << stop_after);
     const std::string path = d.file("part" + std::to_string(stop_after) + ".h5");
-    std::atomic<bool> stop{false};
-    LmRunControl c = control(path, text);
-    c.stop = &stop;
-    c.progress = [&](std::int64_t done, std::int64_t) {
-      if (done == stop_after) stop = true;
-    };
-    REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+    interrupt_after(spec, path, text, stop_after);
     CHECK(h5::File::open_read(path).root().get_attr_string("status") == "interrupted");
-    LmRunControl r = control(path, text);
-    r.resume = true;
-    REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
-    auto a = datasets(d.file("whole.h5")), b = datasets(path);
-    fp4d::test::check_same_datasets(a, b);
+    resume_matches(spec, path, text, d.file("whole.h5"));
   }
   SECTION("a complete trace or another config is refused") {
     LmRunControl r = control(d.file("whole.h5"), text);
@@ -183,19 +192,8 @@ TEST_CASE("lm run: a Mamba-2 hybrid runs, records its mixer and resumes bit for 
   const std::vector<double> e32 = f.root().read<double>("lm/runs/fp32/weight_rel_error_total");
   CHECK(e32.back() < 1e-4);
 
-  const std::string path = d.file("part.h5");
-  std::atomic<bool> stop{false};
-  LmRunControl c = control(path, text);
-  c.stop = &stop;
-  c.progress = [&](std::int64_t done, std::int64_t) {
-    if (done == 7) stop = true;
-  };
-  REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
-  LmRunControl r = control(path, text);
-  r.resume = true;
-  REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
-  auto a = datasets(d.file("whole.h5")), b = datasets(path);
-  fp4d::test::check_same_datasets(a, b);
+  interrupt_after(spec, d.file("part.h5"), text, 7);
+  resume_matches(spec, d.file("part.h5"), text, d.file("whole.h5"));
 }
 
 // A binary128 reference: recorded as such, its states checkpointed exactly (three double limbs
@@ -237,29 +235,13 @@ TEST_CASE("lm run: a binary128 reference is recorded, checkpointed exactly and r
           "double");
   }
   {  // stopped after step 7: resumed from the step-5 checkpoint (flush_every 5)
-    const std::string path = d.file("part.h5");
-    std::atomic<bool> stop{false};
-    LmRunControl c = control(path, text);
-    c.stop = &stop;
-    c.progress = [&](std::int64_t done, std::int64_t) {
-      if (done == 7) stop = true;
-    };
-    REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
-    LmRunControl r = control(path, text);
-    r.resume = true;
-    REQUIRE(run_lm(spec, r) == LmRunOutcome::Complete);
-    fp4d::test::check_same_datasets(datasets(d.file("whole.h5")), datasets(path));
+    interrupt_after(spec, d.file("part.h5"), text, 7);
+    resume_matches(spec, d.file("part.h5"), text, d.file("whole.h5"));
   }
   // The double config cannot resume the binary128 run's checkpoint (the config differs).
   {
     const std::string path = d.file("other.h5");
-    std::atomic<bool> stop{false};
-    LmRunControl c = control(path, text);
-    c.stop = &stop;
-    c.progress = [&](std::int64_t done, std::int64_t) {
-      if (done == 1) stop = true;
-    };
-    REQUIRE(run_lm(spec, c) == LmRunOutcome::Interrupted);
+    interrupt_after(spec, path, text, 1);
     LmRunControl r = control(path, base);
     r.resume = true;
     CHECK(contains(message_of([&] { run_lm(parse(base), r); }), "config differs"));

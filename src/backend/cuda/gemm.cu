@@ -49,20 +49,15 @@ bool is_fp8_1x128(const QuantSpec& s) { return s.block_rows == 1 && s.block_cols
 //    fp4drift's layout with each tile row padded to a multiple of 4 tiles.
 // The padding entries are never applied to an element; they are set to 1.
 std::int64_t round_up4(std::int64_t n) { return (n + 3) / 4 * 4; }
-std::vector<float> kblock_major(const QuantizedTensor& q) {
-  const std::int64_t ld = round_up4(q.scale_rows);
-  std::vector<float> t(static_cast<std::size_t>(q.scale_cols * ld), 1.0f);
+// q's [scale_rows][scale_cols] scales, transposed when k_major, with the inner dimension padded
+// to a multiple of 4 (padding 1).
+std::vector<float> padded_scales(const QuantizedTensor& q, bool k_major) {
+  const std::int64_t outer = k_major ? q.scale_cols : q.scale_rows, ld = round_up4(k_major ? q.scale_rows : q.scale_cols);
+  std::vector<float> t(static_cast<std::size_t>(outer * ld), 1.0f);
   for (std::int64_t r = 0; r < q.scale_rows; ++r)
     for (std::int64_t c = 0; c < q.scale_cols; ++c)
-      t[static_cast<std::size_t>(c * ld + r)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
-  return t;
-}
-std::vector<float> tile_rows_padded(const QuantizedTensor& q) {
-  const std::int64_t ld = round_up4(q.scale_cols);
-  std::vector<float> t(static_cast<std::size_t>(q.scale_rows * ld), 1.0f);
-  for (std::int64_t r = 0; r < q.scale_rows; ++r)
-    for (std::int64_t c = 0; c < q.scale_cols; ++c)
-      t[static_cast<std::size_t>(r * ld + c)] = q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
+      t[static_cast<std::size_t>(k_major ? c * ld + r : r * ld + c)] =
+          q.scale_values[static_cast<std::size_t>(r * q.scale_cols + c)];
   return t;
 }
 bool is_fp8_128x128(const QuantSpec& s) { return s.block_rows == 128 && s.block_cols == 128; }
@@ -188,7 +183,7 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
     const bool blocked = !A.spec.per_tensor();
     const auto scales = [&](const QuantizedTensor& q) {
       if (!blocked) return std::vector<float>{q.scale_values[0]};
-      return is_fp8_1x128(q.spec) ? kblock_major(q) : tile_rows_padded(q);
+      return padded_scales(q, is_fp8_1x128(q.spec));
     };
     DeviceBuffer<float> sa(scales(A), "cudaMemcpy (scale A)"), sb(scales(B), "cudaMemcpy (scale B)");
     g.a = a.p, g.b = b.p, g.scale_a = sa.p, g.scale_b = sb.p;

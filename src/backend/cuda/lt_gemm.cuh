@@ -88,7 +88,7 @@ struct LtGemm {
   // FP8 only: cuBLASLt scale modes (CUBLASLT_MATMUL_MATRIX_SCALE_*; -1: the default scalar).
   // VEC128_32F: one float per 128 consecutive K elements of each row, stored K-block major
   // [ceil(K/128)][round_up(rows, 4)]; BLK128x128_32F: one per 128 x 128 tile,
-  // [ceil(rows/128)][round_up(ceil(K/128), 4)] (gemm.cu's kblock_major / tile_rows_padded).
+  // [ceil(rows/128)][round_up(ceil(K/128), 4)] (gemm.cu's padded_scales).
   int scale_mode_a = -1, scale_mode_b = -1;
   bool fast_accumulation = false;         // FP8 only
 };
