@@ -24,8 +24,8 @@ EXE = os.environ.get("FP4DRIFT_EXE", "")
 needs_exe = pytest.mark.skipif(not (EXE and os.access(EXE, os.X_OK)), reason="FP4DRIFT_EXE not set to the fp4drift binary")
 
 
-def test_the_four_notebooks_exist() -> None:
-    assert [p.name[:2] for p in PATHS] == ["01", "02", "03", "04"], [p.name for p in PATHS]
+def test_the_five_notebooks_exist() -> None:
+    assert [p.name[:2] for p in PATHS] == ["01", "02", "03", "04", "05"], [p.name for p in PATHS]
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
