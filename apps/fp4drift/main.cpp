@@ -1,15 +1,45 @@
 // fp4drift: measure how rounding error accumulates in NVFP4 training.
 // Exit status: 0 success, 1 a run failed, 2 bad input or usage (one-line message on stderr).
+#include <omp.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "trace/h5.hpp"
 #include "util/version.hpp"
 
+namespace {
+
+// OpenMP threads that wait for work spin by default (libgomp), which on a machine shared with
+// other jobs costs far more than it saves: a run took 8x its time at a load average of 7-11.
+// libgomp reads OMP_WAIT_POLICY once, when it is loaded, so a process started without it sets
+// it to passive and starts itself again (the same process id, before anything ran). A policy
+// the user set, active included, is kept.
+void wait_passively_unless_told(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
+}
+
+// `--threads N` of a computing subcommand: the OpenMP thread count of this process and of the
+// runs it starts (a sweep's workers inherit OMP_NUM_THREADS).
+void add_threads_option(CLI::App& sub, int& threads) {
+  sub.add_option("--threads", threads,
+                 "OpenMP threads for the host computation (default: OMP_NUM_THREADS, else every core; a sweep: per "
+                 "run). Results are bit-identical for any count")
+      ->check(CLI::Range(1, 4096));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  wait_passively_unless_told(argv);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
 
@@ -30,6 +60,8 @@ int main(int argc, char** argv) {
   runners[acc] = fp4d::cli::add_accumulator(*acc);
   CLI::App* b = app.add_subcommand("bench", "Benchmarks (throughput, bit-identity across thread counts)");
   runners[b] = fp4d::cli::add_bench(*b);
+  int threads = 0;  // bench has its own --threads: the list of counts it measures
+  for (CLI::App* sub : {q, gm, run, sw, acc}) add_threads_option(*sub, threads);
 
   try {
     app.parse(argc, argv);
@@ -42,6 +74,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "fp4drift: error: " << e.what() << " (see fp4drift --help)\n";
     return 2;
+  }
+  if (threads > 0) {
+    setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+    omp_set_num_threads(threads);
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;

@@ -1,5 +1,8 @@
 #include "trace/output_file.hpp"
 
+#include <omp.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
@@ -16,6 +19,11 @@ void write_provenance(h5::Group root, const std::string& schema, int schema_vers
   root.set_attr("host", host_name());
   root.set_attr("backend", std::string("cpu"));
   root.set_attr("created", utc_now_iso8601());
+  // How the host computation was threaded: results do not depend on it (every parallel loop
+  // splits work whose sums do not cross tasks), its speed does.
+  root.set_attr("omp_threads", static_cast<std::int64_t>(omp_get_max_threads()));
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  root.set_attr("omp_wait_policy", std::string(wait && *wait ? wait : "default"));
 }
 
 OutputFile::OutputFile(const std::string& path, const std::string& schema, int schema_version,

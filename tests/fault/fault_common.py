@@ -44,7 +44,8 @@ flush_every = 25
 
 # Attributes that say when, where and how often a run was made, not what it computed.
 VOLATILE_ATTRS = {"created", "rebuilt_at_step", "start_time", "end_time", "host", "command_line", "resumed_at_step", "run_id", "status",
-                  "git_commit", "git_dirty", "fp4drift_version", "config_source", "pid"}
+                  "git_commit", "git_dirty", "fp4drift_version", "config_source", "pid", "omp_threads",
+                  "omp_wait_policy"}
 
 
 def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

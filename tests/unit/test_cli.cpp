@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/catch.hpp"
+#include "support/trace_datasets.hpp"
 #include "trace/h5.hpp"
 
 namespace fs = std::filesystem;
@@ -1056,4 +1057,42 @@ TEST_CASE("--json: one line of valid JSON, keys in order, integers as integers, 
     CHECK(x["final_last_layer_weight_rel_error"].is_null());
     CHECK(x["first_nonfinite_step"] == -1);
   }
+}
+
+// OpenMP threads wait passively unless the user chose a policy (the process re-executes itself
+// with OMP_WAIT_POLICY=passive), --threads sets the thread count, and both are recorded; the
+// trace's numbers are the same bits for any thread count.
+TEST_CASE("run --threads: the same trace bits for any thread count; threads wait passively by default") {
+  TempDir d;
+  const std::string cfg = write_text(d, "t.toml",
+                                     "workload = \"lm\"\n[lm]\nsteps = 6\nvocab = 16\nd_model = 32\nheads = 2\nffn = 32\n"
+                                     "seq_len = 16\nbatch = 2\npattern = \"MA\"\n[lm.mamba]\nhead_dim = 4\nchunk = 8\n"
+                                     "[data]\nzipf_support = 4\n");
+  const char* saved = std::getenv("OMP_WAIT_POLICY");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("OMP_WAIT_POLICY");
+  const Result one = run("run " + cfg + " --threads 1 --out " + d.file("one.h5"));
+  const Result two = run("run " + cfg + " --threads 2 --out " + d.file("two.h5"));
+  setenv("OMP_WAIT_POLICY", "active", 1);
+  const Result told = run("run " + cfg + " --threads 2 --out " + d.file("told.h5"));
+  if (saved) setenv("OMP_WAIT_POLICY", saved_value.c_str(), 1);
+  else unsetenv("OMP_WAIT_POLICY");
+  REQUIRE(one.status == 0);
+  REQUIRE(two.status == 0);
+  REQUIRE(told.status == 0);
+  const auto attrs = [&](const std::string& name) {
+    const fp4d::h5::File f = fp4d::h5::File::open_read(d.file(name));
+    return std::make_pair(f.root().get_attr_int64("omp_threads"), f.root().get_attr_string("omp_wait_policy"));
+  };
+  CHECK(attrs("one.h5") == std::make_pair(std::int64_t{1}, std::string("passive")));
+  CHECK(attrs("two.h5") == std::make_pair(std::int64_t{2}, std::string("passive")));
+  CHECK(attrs("told.h5").second == "active");
+  const auto data = [&](const std::string& name) {
+    const fp4d::h5::File f = fp4d::h5::File::open_read(d.file(name));
+    return fp4d::test::numeric_datasets(f.root());
+  };
+  fp4d::test::check_same_datasets(data("one.h5"), data("two.h5"));
+  const Result bad = run("run " + cfg + " --threads 0 --check");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--threads") != std::string::npos);
 }
