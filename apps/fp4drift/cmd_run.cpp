@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -382,7 +383,8 @@ Runner add_run(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("config", a->config, "Experiment config file (TOML subset; data/configs/ has examples)")->required();
   app.add_option("--backend", a->backend, "cpu | cuda")->capture_default_str();
-  app.add_option("--steps", a->steps, "Override the config's length (terms for sum/dot)");
+  app.add_option("--steps", a->steps, "Override the config's length (terms for sum/dot); at least 1")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
   app.add_option("--out,-o", a->out, "Output trace (HDF5)");
   app.add_flag("--resume", a->resume, "Continue a stopped run from its trace (long-running workloads)");
   app.add_flag("--json", a->json, "Print the results as JSON");

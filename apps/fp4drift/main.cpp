@@ -63,6 +63,19 @@ int main(int argc, char** argv) {
   int threads = 0;  // bench has its own --threads: the list of counts it measures
   for (CLI::App* sub : {q, gm, run, sw, acc}) add_threads_option(*sub, threads);
 
+  // A first word that is not an option nor a subcommand is a misspelt subcommand: say which exist
+  // (CLI11 would only say that a subcommand is required).
+  std::string known;
+  bool is_subcommand = false;
+  for (const CLI::App* sub : {q, gm, run, sw, acc, b}) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+    is_subcommand = is_subcommand || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !is_subcommand) {
+    std::cerr << "fp4drift: error: unknown subcommand '" << argv[1] << "' (known: " << known << ")\n";
+    return 2;
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

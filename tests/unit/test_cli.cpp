@@ -1096,3 +1096,15 @@ TEST_CASE("run --threads: the same trace bits for any thread count; threads wait
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--threads") != std::string::npos);
 }
+
+TEST_CASE("a misspelt subcommand names the known ones; --steps 0 is refused") {
+  const Result typo = run("rn data.toml");
+  CHECK(typo.status == 2);
+  CHECK(lines(typo.err) == 1);
+  CHECK(typo.err.find("unknown subcommand 'rn'") != std::string::npos);
+  CHECK(typo.err.find("run, sweep") != std::string::npos);
+  const Result zero = run("run " + std::string(FP4DRIFT_SOURCE_DIR) + "/data/configs/lm-quick.toml --steps 0 --check");
+  CHECK(zero.status == 2);
+  CHECK(lines(zero.err) == 1);
+  CHECK(zero.err.find("--steps") != std::string::npos);
+}
