@@ -55,12 +55,20 @@ FP4D_HD T gelu_derivative(const T& z, const T& inv_sqrt2, const T& inv_sqrt2pi) 
   return T(0.5) * (T(1) + erf_of(T(z * inv_sqrt2))) + z * (inv_sqrt2pi * exp_of(T(T(-0.5) * (z * z))));
 }
 
-// s(g) = 1 / (1 + exp(-g)); exp(-g) -> inf for a very negative g gives s = 0 (no NaN). SwiGLU's
-// silu(g) = g s(g) and silu'(g) = s (1 + g (1 - s)) are built from it by the forward and
-// backward passes.
+// s(g) = 1 / (1 + exp(-g)); exp(-g) -> inf for a very negative g gives s = 0 (no NaN).
 template <class T>
 FP4D_HD T sigmoid(const T& g) {
   return T(1) / (T(1) + exp_of(T(-g)));
+}
+// silu(g) = g s(g) (SwiGLU's gate, the Mamba mixer's activations).
+template <class T>
+FP4D_HD T silu(const T& g) {
+  return g * sigmoid(g);
+}
+// silu'(g) = s (1 + g (1 - s)), given s = sigmoid(g) (a backward pass that also needs s passes it).
+template <class T>
+FP4D_HD T silu_derivative(const T& g, const T& s) {
+  return s * (T(1) + g * (T(1) - s));
 }
 
 // Whether an update was lost: non-zero, yet the weight did not change (w - u == w).

@@ -349,7 +349,7 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
         for (std::int64_t j = 0; j < F; ++j) {
           const T& g = c.gu[static_cast<std::size_t>(i * 2 * F + j)];
           const T& u = c.gu[static_cast<std::size_t>(i * 2 * F + F + j)];
-          c.f[static_cast<std::size_t>(i * F + j)] = (g * mlp_math::sigmoid(g)) * u;
+          c.f[static_cast<std::size_t>(i * F + j)] = mlp_math::silu(g) * u;
         }
       z = m.fprop(l0 + 1, c.f);
     }
@@ -456,7 +456,7 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
           const T& u = c.gu[ui];
           const T& dd = df[static_cast<std::size_t>(i * F + j)];
           const T sg = mlp_math::sigmoid(gg);
-          dgu[gi] = (dd * u) * (sg * (T(1) + gg * (T(1) - sg)));
+          dgu[gi] = (dd * u) * mlp_math::silu_derivative(gg, sg);
           dgu[ui] = dd * (gg * sg);
         }
       grad_of(l0) = m.wgrad(l0, c.norm.a, dgu);

@@ -36,15 +36,10 @@ T softplus(const T& v) {
   else return log_of(T(T(1) + mlp_math::exp_of(v)));
 }
 
-template <class T>
-T silu(const T& v) {
-  return v * mlp_math::sigmoid(v);
-}
-// silu'(v) = s (1 + v (1 - s)), as the FFN's.
+using mlp_math::silu;
 template <class T>
 T silu_derivative(const T& v) {
-  const T sg = mlp_math::sigmoid(v);
-  return sg * (T(1) + v * (T(1) - sg));
+  return mlp_math::silu_derivative(v, mlp_math::sigmoid(v));
 }
 
 bool parallel_worth(std::int64_t work) { return work > (1 << 15); }

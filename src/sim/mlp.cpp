@@ -292,7 +292,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
           for (std::int64_t j = 0; j < out; ++j) {
             const T& g = zl[static_cast<std::size_t>(i * rows + j)];
             const T& u = zl[static_cast<std::size_t>(i * rows + out + j)];
-            hn[static_cast<std::size_t>(i * out + j)] = (g * mlp_math::sigmoid(g)) * u;
+            hn[static_cast<std::size_t>(i * out + j)] = mlp_math::silu(g) * u;
           }
       } else {
         for (std::size_t i = 0; i < zl.size(); ++i) hn[i] = act(s.activation, zl[i]);
@@ -384,7 +384,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
           const T& u = zp[static_cast<std::size_t>(i * prow + in + j)];
           const T& d = dh[static_cast<std::size_t>(i * in + j)];
           const T sg = mlp_math::sigmoid(g);
-          dz[static_cast<std::size_t>(i * prow + j)] = (d * u) * (sg * (T(1) + g * (T(1) - sg)));
+          dz[static_cast<std::size_t>(i * prow + j)] = (d * u) * mlp_math::silu_derivative(g, sg);
           dz[static_cast<std::size_t>(i * prow + in + j)] = d * (g * sg);
         }
     } else {
