@@ -131,12 +131,15 @@ void layout(const LmSpec& s, std::vector<LmParam>& p, std::vector<LmLinear>& lin
       const std::int64_t conv_dim = di + 2 * gn;
       add_linear(b, LmLinearKind::MambaIn, 2 * di + 2 * gn + hm, d);
       const std::string pre = "blocks." + std::to_string(b) + ".";
-      p.push_back({pre + "conv_w", LmParamKind::Mixer, b, -1, conv_dim, s.mamba.conv_width, false});
-      p.push_back({pre + "conv_b", LmParamKind::Mixer, b, -1, 1, conv_dim, false});
-      p.push_back({pre + "dt_bias", LmParamKind::Mixer, b, -1, 1, hm, false});
-      p.push_back({pre + "a_log", LmParamKind::Mixer, b, -1, 1, hm, false});
-      p.push_back({pre + "d_skip", LmParamKind::Mixer, b, -1, 1, hm, false});
-      p.push_back({pre + "mixer_norm", LmParamKind::Mixer, b, -1, 1, di, false});
+      const auto add_mixer = [&](const char* name, LmMixerParam which, std::int64_t rows, std::int64_t cols) {
+        p.push_back({pre + name, LmParamKind::Mixer, b, -1, rows, cols, false, which});
+      };
+      add_mixer("conv_w", LmMixerParam::ConvW, conv_dim, s.mamba.conv_width);
+      add_mixer("conv_b", LmMixerParam::ConvB, 1, conv_dim);
+      add_mixer("dt_bias", LmMixerParam::DtBias, 1, hm);
+      add_mixer("a_log", LmMixerParam::ALog, 1, hm);
+      add_mixer("d_skip", LmMixerParam::DSkip, 1, hm);
+      add_mixer("mixer_norm", LmMixerParam::Norm, 1, di);
       add_linear(b, LmLinearKind::MambaOut, d, di);
     }
   }

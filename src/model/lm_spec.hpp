@@ -194,6 +194,8 @@ std::vector<LmLinear> lm_linears(const LmSpec& s);
 // a_log, d_skip [heads], mixer_norm [d_inner], mamba_out); the final norm gain; the head
 // (untied only).
 enum class LmParamKind { Embedding, NormGain, Linear, Mixer };
+// Which of an M block's own parameters (kind Mixer), in their lm_params order.
+enum class LmMixerParam { None, ConvW, ConvB, DtBias, ALog, DSkip, Norm };
 struct LmParam {
   std::string name;        // embedding, blocks.<b>.norm, blocks.<b>.<linear kind or mixer
                            // parameter>, final_norm, head
@@ -202,6 +204,7 @@ struct LmParam {
   int linear = -1;         // the linear layer using it as weight (-1: embedding, gains)
   std::int64_t rows = 0, cols = 0;  // gains: 1 x d
   bool weight_decay = false;        // linear matrices only
+  LmMixerParam mixer = LmMixerParam::None;  // kind Mixer: which one
 };
 std::vector<LmParam> lm_params(const LmSpec& s);
 

@@ -40,7 +40,7 @@ std::uint64_t init_seed(std::uint64_t seed, std::uint64_t index) {
 
 // Standard deviation of a matrix parameter under the spec's init (lm_spec.hpp).
 double init_std(const LmSpec& s, const LmParam& p, const std::vector<LmLinear>& lin, std::int64_t n_blocks) {
-  if (p.kind == LmParamKind::Mixer) return 1.0 / std::sqrt(3.0 * static_cast<double>(p.cols));  // conv_w: cols = K
+  if (p.mixer == LmMixerParam::ConvW) return 1.0 / std::sqrt(3.0 * static_cast<double>(p.cols));  // cols = K
   if (s.init == "scaled") return 1.0 / std::sqrt(static_cast<double>(p.cols));
   const LmLinearKind k = p.linear >= 0 ? lin[static_cast<std::size_t>(p.linear)].kind : LmLinearKind::Head;
   const bool residual_out = k == LmLinearKind::AttnOut || k == LmLinearKind::FfnDown || k == LmLinearKind::MambaOut;
@@ -237,8 +237,8 @@ struct Model {
       if (info[i].block >= 0) gain[static_cast<std::size_t>(info[i].block)] = i;
       else final_gain = i;
     }
-    for (std::size_t i = info.size(); i-- > 0;)
-      if (info[i].kind == LmParamKind::Mixer) mixer[static_cast<std::size_t>(info[i].block)] = i;
+    for (std::size_t i = 0; i < info.size(); ++i)
+      if (info[i].mixer == LmMixerParam::ConvW) mixer[static_cast<std::size_t>(info[i].block)] = i;
     const LmMamba& mb = spec.mamba;
     mshape = MambaShape{batch, spec.seq_len, lm_mamba_heads(spec), mb.head_dim, mb.state, mb.groups, mb.conv_width,
                         mb.chunk};
@@ -487,16 +487,13 @@ LmState<T> init_lm_state(const LmSpec& s) {
   for (std::size_t i = 0; i < info.size(); ++i) {
     const LmParam& p = info[i];
     const auto n = static_cast<std::size_t>(p.rows * p.cols);
-    const auto named = [&](const char* suffix) {
-      const std::string sfx = std::string(".") + suffix;
-      return p.name.size() > sfx.size() && p.name.compare(p.name.size() - sfx.size(), sfx.size(), sfx) == 0;
-    };
-    if (p.kind == LmParamKind::NormGain || (p.kind == LmParamKind::Mixer && (named("d_skip") || named("mixer_norm")))) {
+    using MP = LmMixerParam;
+    if (p.kind == LmParamKind::NormGain || p.mixer == MP::DSkip || p.mixer == MP::Norm) {
       st.p.emplace_back(n, T(1));
-    } else if (p.kind == LmParamKind::Mixer && named("conv_b")) {
+    } else if (p.mixer == MP::ConvB) {
       st.p.emplace_back(n, T(0));
-    } else if (p.kind == LmParamKind::Mixer && (named("a_log") || named("dt_bias"))) {
-      const std::vector<float> v = named("a_log") ? mamba_initial_a_log(p.cols) : mamba_initial_dt_bias(p.cols);
+    } else if (p.mixer == MP::ALog || p.mixer == MP::DtBias) {
+      const std::vector<float> v = p.mixer == MP::ALog ? mamba_initial_a_log(p.cols) : mamba_initial_dt_bias(p.cols);
       st.p.emplace_back(v.begin(), v.end());
     } else {
       GeneratorSpec g;
