@@ -24,6 +24,7 @@
 #include "sim/lm_mamba.hpp"
 #include "sim/mlp_precision.hpp"
 #include "support/catch.hpp"
+#include "support/printed_digits.hpp"
 
 using namespace fp4d;
 
@@ -246,21 +247,27 @@ void check_gradients(const LmSpec& s) {
     CHECK(g2 > 0);  // every parameter kind takes part: the comparison is not 0 = 0
   }
 }
+
+// A variant of the tiny model: fused or separate QKV, tied or untied head, kv heads, pattern.
+struct Variant {
+  bool fused, tied;
+  std::int64_t kv_heads;
+  const char* pattern;
+};
+LmSpec tiny_spec(const Variant& v) {
+  LmSpec s = tiny_spec();
+  s.fused_qkv = v.fused;
+  s.tied_embeddings = v.tied;
+  s.kv_heads = v.kv_heads;
+  s.pattern = v.pattern;
+  return s;
+}
 }  // namespace
 
 TEST_CASE("lm: forward matches a naive pass; every gradient matches central differences", "[lm]") {
-  struct Variant {
-    bool fused, tied;
-    std::int64_t kv_heads;
-    const char* pattern;
-  };
   for (const Variant v : {Variant{true, false, 2, "AFA"}, Variant{false, true, 1, "AFA"}, Variant{true, true, 1, "FA"},
                           Variant{false, false, 2, "FAF"}}) {
-    LmSpec s = tiny_spec();
-    s.fused_qkv = v.fused;
-    s.tied_embeddings = v.tied;
-    s.kv_heads = v.kv_heads;
-    s.pattern = v.pattern;
+    const LmSpec s = tiny_spec(v);
     INFO("fused " << v.fused << " tied " << v.tied << " kv_heads " << v.kv_heads << " pattern " << v.pattern);
     check_gradients(s);
   }
@@ -1062,12 +1069,8 @@ TEST_CASE("lm: the binary128 reference agrees with double to the digits double's
   INFO("largest loss bound " << b_max << ": " << digits << " digits");
   CHECK(digits >= 10);  // the comparison says something (double's 16 digits less the run's growth)
   for (std::size_t k = 0; k < ld.size(); ++k) {
-    char a[64], bb[64];
-    std::snprintf(a, sizeof a, "%.*e", digits - 1, ld[k]);
-    std::snprintf(bb, sizeof bb, "%.*e", digits - 1, lq[k]);
-    const double unit = std::pow(10.0, std::floor(std::log10(std::abs(lq[k]))) - (digits - 1));
-    INFO("step " << k + 1 << ": double " << a << ", binary128 " << bb << " (bound " << bound[k] << ")");
-    CHECK(std::abs(std::strtod(a, nullptr) - std::strtod(bb, nullptr)) <= 1.001 * unit);
+    INFO("step " << k + 1 << " (bound " << bound[k] << ")");
+    fp4d::test::check_same_printed_digits(ld[k], lq[k], digits, "double against binary128");
     CHECK(std::abs(ld[k] - lq[k]) <= bound[k] * std::abs(lq[k]));
   }
 }
@@ -1104,17 +1107,8 @@ Quad wide_loss(const LmSpec& s, const std::vector<std::vector<Quad>>& p, const s
 }  // namespace
 
 TEST_CASE("lm: binary128 gradients match binary128 central differences beyond double's resolution", "[lm]") {
-  struct Variant {
-    bool fused, tied;
-    std::int64_t kv_heads;
-    const char* pattern;
-  };
   for (const Variant v : {Variant{true, false, 2, "AFA"}, Variant{false, true, 1, "FA"}}) {
-    LmSpec s = tiny_spec();
-    s.fused_qkv = v.fused;
-    s.tied_embeddings = v.tied;
-    s.kv_heads = v.kv_heads;
-    s.pattern = v.pattern;
+    const LmSpec s = tiny_spec(v);
     INFO("fused " << v.fused << " tied " << v.tied << " kv_heads " << v.kv_heads << " pattern " << v.pattern);
     const std::vector<std::vector<Quad>> p = params_as<Quad>(tiny_params(s));
     const auto tok = random_tokens(s, s.batch, 3);

@@ -20,6 +20,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
+#include "support/printed_digits.hpp"
 #include "support/config_error.hpp"
 #include "support/trace_datasets.hpp"
 
@@ -688,12 +689,8 @@ TEST_CASE("mlp: the double and binary128 references agree with mp256 to the digi
     INFO("largest loss bound " << b_max << ": " << digits << " digits");
     CHECK(digits >= 8);  // the bound is meaningful (double's 16 digits minus the run's growth)
     for (std::size_t k = 0; k < ld.size(); ++k) {
-      char a[64], b[64];
-      std::snprintf(a, sizeof a, "%.*e", digits - 1, ld[k]);
-      std::snprintf(b, sizeof b, "%.*e", digits - 1, lm[k]);
-      const double unit = std::pow(10.0, std::floor(std::log10(std::abs(lm[k]))) - (digits - 1));
-      INFO("step " << k << ": double " << a << ", mp256 " << b);
-      CHECK(std::abs(std::strtod(a, nullptr) - std::strtod(b, nullptr)) <= 1.001 * unit);
+      INFO("step " << k);
+      fp4d::test::check_same_printed_digits(ld[k], lm[k], digits, "double against mp256");
       CHECK(std::abs(ld[k] - lm[k]) <= bound[k] * std::abs(lm[k]));
     }
   }
