@@ -1,4 +1,5 @@
-"""Command line: python -m fp4drift_analysis COMMAND ... (from analysis/, or with it on PYTHONPATH)
+"""Command line: fp4drift-analysis COMMAND ... (or python -m fp4drift_analysis), from any directory
+with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin/fp4drift-analysis).
 
   plot-quantize Q.h5 --out F.png        error table of an `fp4drift quantize` output
   plot-gemm G.h5 --out F.png            error split of an `fp4drift gemm` output
@@ -16,7 +17,9 @@ lm traces but never both at once: an mlp's weight error is its last layer's, an 
 model's (or --param NAME's), and their losses are different quantities.
   bias T.h5 ...                         SR bias test across seeds of sum/dot traces
   check [BOUNDS ...] [--fp4drift EXE] [--traces DIR]   the CI regression of numeric bounds
-Output images are PNG or PDF by the suffix. Exit status 2 on bad input."""
+Output images are PNG or PDF by the suffix. Without --out a plot goes to the current directory as
+TRACE-COMMAND.png (TRACE: the first trace's name without .h5); nothing is written anywhere else.
+Exit status 2 on bad input."""
 
 from __future__ import annotations
 
@@ -59,6 +62,12 @@ def _bias_table(paths: list[str], confidence: float) -> int:
     return biased
 
 
+def default_out(command: str, trace: str) -> Path:
+    """Where a plot goes without --out: the current directory, the one place the user chose by
+    running the command there (never the package's source tree or the trace's directory)."""
+    return Path.cwd() / f"{Path(trace).stem}-{command}.png"
+
+
 def _at_least_one(text: str) -> int:
     """argparse type of a window length: 0 drew NaN curves (--smooth) or, as a slice [-0:],
     averaged the whole run instead of its end (--window); negative ones were as wrong."""
@@ -72,14 +81,14 @@ def _at_least_one(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp4drift_analysis", description=__doc__,
+    p = argparse.ArgumentParser(prog="fp4drift-analysis", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     def cmd(name, help, many=False):
         s = sub.add_parser(name, help=help)
         s.add_argument("traces" if many else "trace", nargs="+" if many else None)
-        s.add_argument("--out", required=True, help="output image (.png or .pdf)")
+        s.add_argument("--out", help="output image (.png or .pdf; default: TRACE-COMMAND.png in the current directory)")
         return s
 
     cmd("plot-quantize", "plot the error table of an `fp4drift quantize` output")
@@ -113,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--traces", help="read DIR/EXPERIMENT.h5 where it matches the experiment instead of running it")
 
     a = p.parse_args(argv)
+    if getattr(a, "out", "") is None:
+        a.out = str(default_out(a.command, a.traces[0] if hasattr(a, "traces") else a.trace))
     if a.command == "check":
         return check(a.bounds, exe=a.fp4drift, traces_dir=a.traces)
     recipes = a.recipes.split(",") if getattr(a, "recipes", None) else None
