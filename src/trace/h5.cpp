@@ -2,6 +2,7 @@
 #include "trace/h5.hpp"
 
 #include <hdf5.h>
+#include <hdf5_hl.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -722,6 +723,60 @@ void Dataset::rewrite(const T* data, std::uint64_t n) {
     fail("cannot rewrite " + what + ": " + std::to_string(n) + " values for " + std::to_string(have) + " elements");
   if (n > 0 && (data == nullptr || H5Dwrite(h_.get(), mem_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
     fail_h5("cannot rewrite " + what);
+}
+
+namespace {
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+}  // namespace
+
+void Dataset::make_scale() {
+  silence();
+  check_open(*this, "cannot make dataset " + quote(path_) + " a dimension scale");
+  const std::string msg = "cannot make " + what_() + " a dimension scale";
+  if (info().dims.size() != 1) fail(msg + ": it is not one-dimensional");
+  if (H5DSset_scale(h_.get(), base_name(path_).c_str()) < 0) fail_h5(msg);
+}
+
+bool Dataset::is_scale() const {
+  silence();
+  check_open(*this, "cannot inspect dataset " + quote(path_));
+  const htri_t r = H5DSis_scale(h_.get());
+  if (r < 0) fail_h5("cannot inspect " + what_());
+  return r > 0;
+}
+
+void Dataset::attach_scale(const Dataset& scale, unsigned axis) {
+  silence();
+  check_open(*this, "cannot attach a dimension scale to dataset " + quote(path_));
+  check_open(scale, "cannot attach dimension scale " + quote(scale.path()));
+  const std::string msg = "cannot attach " + quote(scale.path()) + " to axis " + std::to_string(axis) + " of " + what_();
+  if (axis >= info().dims.size()) fail(msg + ": it has " + std::to_string(info().dims.size()) + " axes");
+  if (!scale.is_scale()) fail(msg + ": it is not a dimension scale");
+  if (is_scale()) fail(msg + ": the dataset is itself a dimension scale");
+  if (H5DSattach_scale(h_.get(), scale.id(), axis) < 0 ||
+      H5DSset_label(h_.get(), axis, base_name(scale.path()).c_str()) < 0)
+    fail_h5(msg);
+}
+
+std::vector<std::string> Dataset::dimension_labels() const {
+  silence();
+  check_open(*this, "cannot inspect dataset " + quote(path_));
+  const std::size_t rank = info().dims.size();
+  std::vector<std::string> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const auto axis = static_cast<unsigned>(i);
+    const ssize_t n = H5DSget_label(h_.get(), axis, nullptr, 0);
+    if (n < 0) fail_h5("cannot read the axis labels of " + what_());
+    if (n == 0) continue;
+    std::string label(static_cast<std::size_t>(n) + 1, '\0');
+    if (H5DSget_label(h_.get(), axis, label.data(), label.size()) < 0) fail_h5("cannot read the axis labels of " + what_());
+    label.resize(static_cast<std::size_t>(n));
+    out[i] = std::move(label);
+  }
+  return out;
 }
 
 // ---- Group ----------------------------------------------------------------------------

@@ -190,6 +190,19 @@ class Dataset : public Node {
     rewrite(data.data(), data.size());
   }
 
+  // Named dimensions, as netCDF-4 stores them (HDF5 dimension scales: h5py's ds.dims,
+  // xarray through h5netcdf). make_scale turns this 1-D dataset into the coordinate of the
+  // dimension it is named after (netCDF takes a dimension's name from its dataset's name, so
+  // the scale's name is the dataset's last path component). attach_scale makes `scale` the
+  // coordinate of this dataset's axis `axis` and labels the axis with the scale's name;
+  // attaching survives extending or truncating either dataset. Error if this dataset is itself
+  // a scale, `scale` is not one, or `axis` is out of range.
+  void make_scale();
+  bool is_scale() const;
+  void attach_scale(const Dataset& scale, unsigned axis);
+  // The label of every axis ("" for an unlabelled one), in order.
+  std::vector<std::string> dimension_labels() const;
+
  protected:
   using Node::Node;
   friend class Group;

@@ -1,9 +1,10 @@
 // fp4d::h5 (src/trace/h5.hpp): round trips, attributes, groups, errors, appendable
-// datasets, atomic output. The raw HDF5 API is used here (only) to check how things are
-// stored: chunking/filters, string and bool types.
+// datasets, dimension scales, atomic output. The raw HDF5 API is used here (only) to check how
+// things are stored: chunking/filters, string and bool types, attached scales.
 #include "trace/h5.hpp"
 
 #include <hdf5.h>
+#include <hdf5_hl.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -809,3 +810,59 @@ TEST_CASE("h5: a chunk damaged on disk fails its checksum instead of reading as 
   }
 }
 #endif
+
+TEST_CASE("h5: dimension scales name the axes (netCDF style) and survive appending and truncating") {
+  TempDir tmp;
+  const std::string path = tmp.file("dims.h5");
+  {
+    h5::File f = h5::File::create(path);
+    h5::Group root = f.root();
+    auto step = root.create_appendable<std::int64_t>("run/step", {});
+    auto loss = root.create_appendable<double>("run/r/loss", {3});
+    root.write("run/layer", std::vector<std::int64_t>{0, 1, 2});
+    h5::Dataset layer = root.open_dataset("run/layer");
+    CHECK_FALSE(step.is_scale());
+    // Attaching something that is not a scale yet is refused by name.
+    CHECK(contains(error_of([&] { loss.attach_scale(step, 0); }), "attach '/run/step' to axis 0 of dataset '/run/r/loss'"));
+    CHECK(contains(error_of([&] { loss.attach_scale(step, 0); }), "it is not a dimension scale"));
+    step.make_scale();
+    layer.make_scale();
+    CHECK(step.is_scale());
+    CHECK(contains(error_of([&] { loss.attach_scale(layer, 2); }), "has 2 axes"));
+    CHECK(contains(error_of([&] { layer.attach_scale(step, 0); }), "is itself a dimension scale"));
+    CHECK(contains(error_of([&] { root.create_appendable<double>("run/m", {2, 2}).make_scale(); }),
+                   "not one-dimensional"));
+    CHECK(loss.dimension_labels() == std::vector<std::string>{"", ""});
+    loss.attach_scale(step, 0);
+    loss.attach_scale(layer, 1);
+    CHECK(loss.dimension_labels() == std::vector<std::string>{"step", "layer"});
+    step.append(std::vector<std::int64_t>{0, 1, 2});
+    loss.append(pattern<double>(9, 1));
+  }
+  {
+    // A resumed trace reopens, truncates and extends its datasets: the scales stay attached.
+    h5::File f = h5::File::open_rw(path);
+    h5::Group root = f.root();
+    auto step = root.open_appendable<std::int64_t>("run/step");
+    auto loss = root.open_appendable<double>("run/r/loss");
+    step.truncate(1), loss.truncate(1);
+    step.append(std::vector<std::int64_t>{5, 6});
+    loss.append(pattern<double>(6, 2));
+  }
+  h5::File f = h5::File::open_read(path);
+  h5::Dataset loss = f.root().open_dataset("run/r/loss");
+  CHECK(loss.dimension_labels() == std::vector<std::string>{"step", "layer"});
+  CHECK(loss.info().dims == h5::Dims{3, 3});
+  // What HDF5's high-level library reads: the scale attached to each axis, and its name.
+  const hid_t id = static_cast<hid_t>(loss.id());
+  const hid_t step = H5Dopen2(static_cast<hid_t>(f.root().id()), "run/step", H5P_DEFAULT);
+  const hid_t layer = H5Dopen2(static_cast<hid_t>(f.root().id()), "run/layer", H5P_DEFAULT);
+  CHECK(H5DSis_attached(id, step, 0) > 0);
+  CHECK(H5DSis_attached(id, layer, 1) > 0);
+  CHECK(H5DSis_attached(id, layer, 0) == 0);
+  char name[16] = {};
+  CHECK(H5DSget_scale_name(step, name, sizeof name) == 4);
+  CHECK(std::string(name) == "step");
+  H5Dclose(step);
+  H5Dclose(layer);
+}
