@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/lm_spec.hpp"
+#include "trace/dims.hpp"
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
 #include "trace/run_rows.hpp"
@@ -125,38 +126,65 @@ struct LmTrace::Impl {
   std::uint64_t records = 0, compares = 0;
   std::vector<std::int64_t> compared_steps;
 
+  // The datasets, created (an empty trace) or opened (to continue one), in one order. A new
+  // trace also names their axes (dims.hpp): the rows by step or compare_step, the columns by
+  // param or operand_slot; an opened one has them already.
   Impl(h5::File f, const LmRunSpec& spec, bool create)
       : file(std::move(f)), recipes(spec.recipes), steps(spec.steps), reference_enabled(spec.reference_enabled) {
     h5::Group root = file.root();
     const auto P = static_cast<std::uint64_t>(lm_params(spec.model).size());
     const auto L = static_cast<std::uint64_t>(lm_linears(spec.model).size());
     using C = RunRows::Counts;
+    enum class Col { None, Param, Slot };
+    h5::Dataset step_dim, compare_dim, param_dim, slot_dim;
+    if (create) {
+      h5::Group g = root.require_group(lm_trace::kGroup);
+      param_dim = dims::index(g, "param", P, "parameter, in param_names order");
+      slot_dim = dims::index(g, "operand_slot", L * 6,
+                             "GEMM operand: linear * 6 + role * 2 + operand, linear in linear_names order (operand_slots)");
+    }
     const auto ints = [&](const std::string& name, C c) { return rows.ints(root, name, c, create); };
-    const auto doubles = [&](const std::string& name, h5::Dims row, C c) {
-      return rows.doubles(root, name, std::move(row), c, create);
+    const auto doubles = [&](const std::string& name, C c, Col col, const std::string& units) {
+      const Id id = rows.doubles(root, name, col == Col::Param ? h5::Dims{P} : col == Col::Slot ? h5::Dims{L * 6} : h5::Dims{},
+                                 c, create);
+      if (create) {
+        std::vector<h5::Dataset> axes{c == C::Records ? step_dim : compare_dim};
+        if (col != Col::None) axes.push_back(col == Col::Param ? param_dim : slot_dim);
+        dims::name_axes(rows.doubles_at(id), axes, units);
+      }
+      return id;
     };
     step = ints("lm/step", C::Records);
-    lr = doubles("lm/lr", {}, C::Records);
+    if (create) {
+      step_dim = rows.ints_at(step);
+      dims::coordinate(step_dim, "training step of the record (its batch's losses, before its update)");
+    }
+    lr = doubles("lm/lr", C::Records, Col::None, "1");
     compare_step = ints("lm/compare_step", C::Compares);
-    ref_loss = doubles(lm_trace::kReferenceLoss, {}, C::Records);
-    ref_grad_norm = doubles("lm/reference/grad_norm", {}, C::Records);
+    if (create) {
+      compare_dim = rows.ints_at(compare_step);
+      dims::coordinate(compare_dim, "training steps done when the parameters were compared with the reference's");
+    }
+    ref_loss = doubles(lm_trace::kReferenceLoss, C::Records, Col::None, "nat");
+    // Gradient norms are in the loss's unit (nats) per unit of the dimensionless parameters.
+    ref_grad_norm = doubles("lm/reference/grad_norm", C::Records, Col::None, "nat");
     for (const std::string& r : spec.recipes) {
       const std::string g = run_group(r);
       Run x{};
-      x.loss = doubles(g + "/" + lm_trace::kLoss, {}, C::Records);
-      x.gap = doubles(g + "/" + lm_trace::kRelLossGap, {}, C::Records);
-      x.grad_norm = doubles(g + "/grad_norm", {}, C::Records);
-      x.clip = doubles(g + "/clip_factor", {}, C::Records);
-      x.lost = doubles(g + "/lost_update_fraction", {P}, C::Records);
-      x.nmse = doubles(g + "/operand_nmse", {L * 6}, C::Records);
-      x.clipped = doubles(g + "/operand_clipped_fraction", {L * 6}, C::Records);
-      x.underflow = doubles(g + "/operand_underflow_fraction", {L * 6}, C::Records);
-      x.zero_scales = doubles(g + "/operand_zero_scale_fraction", {L * 6}, C::Records);
-      x.weight_error = doubles(g + "/weight_rel_error", {P}, C::Compares);
-      x.weight_error_total = doubles(g + "/" + lm_trace::kWeightRelErrorTotal, {}, C::Compares);
-      x.grad_cosine = doubles(g + "/grad_cosine", {P}, C::Compares);
-      x.grad_error = doubles(g + "/grad_rel_error", {P}, C::Compares);
-      x.grad_bias = doubles(g + "/grad_sr_mean_rel_error", {P}, C::Compares);
+      x.loss = doubles(g + "/" + lm_trace::kLoss, C::Records, Col::None, "nat");
+      x.gap = doubles(g + "/" + lm_trace::kRelLossGap, C::Records, Col::None, "1");
+      x.grad_norm = doubles(g + "/grad_norm", C::Records, Col::None, "nat");
+      x.clip = doubles(g + "/clip_factor", C::Records, Col::None, "1");
+      x.lost = doubles(g + "/lost_update_fraction", C::Records, Col::Param, "1");
+      x.nmse = doubles(g + "/operand_nmse", C::Records, Col::Slot, "1");
+      x.clipped = doubles(g + "/operand_clipped_fraction", C::Records, Col::Slot, "1");
+      x.underflow = doubles(g + "/operand_underflow_fraction", C::Records, Col::Slot, "1");
+      x.zero_scales = doubles(g + "/operand_zero_scale_fraction", C::Records, Col::Slot, "1");
+      x.weight_error = doubles(g + "/weight_rel_error", C::Compares, Col::Param, "1");
+      x.weight_error_total = doubles(g + "/" + lm_trace::kWeightRelErrorTotal, C::Compares, Col::None, "1");
+      x.grad_cosine = doubles(g + "/grad_cosine", C::Compares, Col::Param, "1");
+      x.grad_error = doubles(g + "/grad_rel_error", C::Compares, Col::Param, "1");
+      x.grad_bias = doubles(g + "/grad_sr_mean_rel_error", C::Compares, Col::Param, "1");
       runs.push_back(x);
     }
   }

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "sim/mlp_precision.hpp"
+#include "trace/dims.hpp"
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
 #include "trace/run_rows.hpp"
@@ -63,32 +64,60 @@ struct MlpTrace::Impl {
   std::uint64_t records = 0, compares = 0;   // rows staged so far
   std::vector<std::int64_t> compared_steps;  // the rows of compare_step, staged included
 
-  // The datasets, created (an empty trace) or opened (to continue one), in one order.
+  // The datasets, created (an empty trace) or opened (to continue one), in one order. A new
+  // trace also names their axes (dims.hpp): the rows by step or compare_step, the columns by
+  // layer or operand_slot; an opened one has them already.
   Impl(h5::File f, const MlpRunSpec& spec, bool create) : file(std::move(f)), recipes(spec.recipes), steps(spec.steps),
                                                           reference_enabled(spec.reference_enabled) {
     h5::Group root = file.root();
     const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
     using C = RunRows::Counts;
+    // The loss's unit: cross-entropy in nats, or half a mean square of the (dimensionless)
+    // teacher outputs.
+    const std::string loss_units = spec.model.task == "classification" ? "nat" : "1";
+    enum class Col { None, Layer, Slot };
+    h5::Dataset step_dim, compare_dim, layer_dim, slot_dim;
+    if (create) {
+      h5::Group m = root.require_group(mlp_trace::kGroup);
+      layer_dim = dims::index(m, "layer", L, "layer l: widths[l] inputs -> widths[l+1] outputs");
+      slot_dim = dims::index(m, "operand_slot", L * 6, "GEMM operand: layer * 6 + role * 2 + operand (operand_slots)");
+    }
     const auto ints = [&](const std::string& name, C c) { return rows.ints(root, name, c, create); };
-    const auto doubles = [&](const std::string& name, h5::Dims row, C c) { return rows.doubles(root, name, std::move(row), c, create); };
+    const auto doubles = [&](const std::string& name, C c, Col col, const std::string& units) {
+      const Id id = rows.doubles(root, name, col == Col::Layer ? h5::Dims{L} : col == Col::Slot ? h5::Dims{L * 6} : h5::Dims{},
+                                 c, create);
+      if (create) {
+        std::vector<h5::Dataset> axes{c == C::Records ? step_dim : compare_dim};
+        if (col != Col::None) axes.push_back(col == Col::Layer ? layer_dim : slot_dim);
+        dims::name_axes(rows.doubles_at(id), axes, units);
+      }
+      return id;
+    };
     step = ints("mlp/step", C::Records);
     compare_step = ints("mlp/compare_step", C::Compares);
-    ref_loss = doubles(mlp_trace::kReferenceLoss, {}, C::Records);
+    if (create) {
+      step_dim = rows.ints_at(step), compare_dim = rows.ints_at(compare_step);
+      dims::coordinate(step_dim, "training step of the record (its batch's losses, before its update)");
+      dims::coordinate(compare_dim, "training steps done when the weights were compared with the reference's");
+    }
+    ref_loss = doubles(mlp_trace::kReferenceLoss, C::Records, Col::None, loss_units);
     for (const std::string& r : spec.recipes) {
       const std::string g = run_group(r);
-      runs.push_back(Run{doubles(g + "/loss", {}, C::Records), doubles(g + "/rel_loss_gap", {}, C::Records),
-                         doubles(g + "/lost_update_fraction", {L}, C::Records),
-                         doubles(g + "/operand_nmse", {L * 6}, C::Records),
-                         doubles(g + "/operand_clipped_fraction", {L * 6}, C::Records),
-                         doubles(g + "/operand_underflow_fraction", {L * 6}, C::Records),
-                         doubles(g + "/operand_zero_scale_fraction", {L * 6}, C::Records),
-                         doubles(g + "/weight_rel_error", {L}, C::Compares), doubles(g + "/grad_cosine", {L}, C::Compares),
-                         doubles(g + "/grad_rel_error", {L}, C::Compares),
-                         doubles(g + "/grad_sr_mean_rel_error", {L}, C::Compares)});
+      runs.push_back(Run{doubles(g + "/loss", C::Records, Col::None, loss_units),
+                         doubles(g + "/rel_loss_gap", C::Records, Col::None, "1"),
+                         doubles(g + "/lost_update_fraction", C::Records, Col::Layer, "1"),
+                         doubles(g + "/operand_nmse", C::Records, Col::Slot, "1"),
+                         doubles(g + "/operand_clipped_fraction", C::Records, Col::Slot, "1"),
+                         doubles(g + "/operand_underflow_fraction", C::Records, Col::Slot, "1"),
+                         doubles(g + "/operand_zero_scale_fraction", C::Records, Col::Slot, "1"),
+                         doubles(g + "/weight_rel_error", C::Compares, Col::Layer, "1"),
+                         doubles(g + "/grad_cosine", C::Compares, Col::Layer, "1"),
+                         doubles(g + "/grad_rel_error", C::Compares, Col::Layer, "1"),
+                         doubles(g + "/grad_sr_mean_rel_error", C::Compares, Col::Layer, "1")});
     }
     if (spec.check_precision) {
-      check_weight = doubles("mlp/reference/check_weight_rel_error", {L}, C::Compares);
-      check_loss = doubles("mlp/reference/check_loss_rel_error", {}, C::Compares);
+      check_weight = doubles("mlp/reference/check_weight_rel_error", C::Compares, Col::Layer, "1");
+      check_loss = doubles("mlp/reference/check_loss_rel_error", C::Compares, Col::None, "1");
     }
   }
 };

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trace/dims.hpp"
+
 namespace fp4d {
 
 SumDotTrace::SumDotTrace(const std::string& path, const std::string& command_line, const SumDotRun& run,
@@ -53,6 +55,16 @@ void SumDotTrace::write(const SumDotRun& run, const SumDotResult& r) {
   g.write("sr_variance", var, d1);
   g.write("sr_half_step_sq", half, d1);
   g.write("first_stagnation", r.first_stagnation, h5::Dims{static_cast<std::uint64_t>(r.first_stagnation.size())});
+  // Named axes (dims.hpp): the points by their n, the runs by their index. The terms are plain
+  // numbers, so every sum, error and variance is dimensionless.
+  const h5::Dataset n_dim = g.open_dataset("n");
+  dims::coordinate(n_dim, "number of terms summed at the recorded point");
+  const h5::Dataset run_dim = dims::index(g, "run", R, "run r, with SR seed seed + r");
+  for (const char* name : {sum_dot_trace::kExact, sum_dot_trace::kMeanError, sum_dot_trace::kRmsError, "sr_variance",
+                           "sr_half_step_sq"})
+    dims::name_axes(g.open_dataset(name), {n_dim}, "1");
+  for (const char* name : {"computed", "error"}) dims::name_axes(g.open_dataset(name), {n_dim, run_dim}, "1");
+  dims::name_axes(g.open_dataset("first_stagnation"), {run_dim}, "");
 }
 
 }  // namespace fp4d

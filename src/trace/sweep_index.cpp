@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <type_traits>
 
+#include "trace/dims.hpp"
 #include "trace/h5.hpp"
 #include "trace/output_file.hpp"
 
@@ -94,6 +95,14 @@ void write_summary(h5::Group sum, const SweepIndex& x) {
   sum.write("final_exact", column(r, [](const SweepIndexRun& v) { return v.final_exact; }));
   for (std::size_t a = 0; a < x.axes.size(); ++a)
     write_strings(sum, "param/" + x.axes[a], column(r, [a](const SweepIndexRun& v) { return v.params.at(a); }));
+  // One dimension, the runs, named by their index (dims.hpp).
+  h5::Dataset dim = sum.open_dataset("index");
+  dims::coordinate(dim, "run, in the sweep's expansion order");
+  for (const char* name : {"id", "label", "overrides", "workload", "status", "error", "exit_code", "attempts", "rank",
+                           "reference_final_loss", "final_rms_error", "final_mean_error", "final_exact"})
+    dims::name_axes(sum.open_dataset(name), {dim}, "");
+  dims::name_axes(sum.open_dataset("wall_s"), {dim}, "s");
+  for (const std::string& a : x.axes) dims::name_axes(sum.open_dataset("param/" + a), {dim}, "");
 }
 
 void write_summary_recipes(h5::Group rec, const std::vector<SweepIndexRecipe>& m) {
@@ -107,6 +116,12 @@ void write_summary_recipes(h5::Group rec, const std::vector<SweepIndexRecipe>& m
   rec.write("first_nonfinite_step", column(m, [](const SweepIndexRecipe& v) { return v.first_nonfinite_step; }));
   rec.write("tail_loss", column(m, [](const SweepIndexRecipe& v) { return v.tail_loss; }));
   rec.write("tail_rel_loss_gap", column(m, [](const SweepIndexRecipe& v) { return v.tail_rel_loss_gap; }));
+  // One dimension, the (run, recipe) rows, named by a row index (dims.hpp).
+  const h5::Dataset dim = dims::index(rec, "row", m.size(), "(complete run, recipe) row");
+  for (const char* name : {"run", "id", "recipe", "final_loss", "tail_loss", "first_nonfinite_step"})
+    dims::name_axes(rec.open_dataset(name), {dim}, "");
+  for (const char* name : {"final_rel_loss_gap", "final_weight_rel_error", "growth_exponent", "tail_rel_loss_gap"})
+    dims::name_axes(rec.open_dataset(name), {dim}, "1");
 }
 
 }  // namespace

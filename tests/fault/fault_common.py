@@ -114,7 +114,15 @@ def trace_items(path: Path) -> dict[str, object]:
     with h5py.File(path, "r") as f:
         def visit(name, obj):
             for k, v in obj.attrs.items():
-                if k not in VOLATILE_ATTRS:
+                if k in VOLATILE_ATTRS:
+                    continue
+                # Dimension scales' object references: equal traces name the same objects, at
+                # whatever addresses the files hold them.
+                if k == "DIMENSION_LIST":
+                    out[f"{name}@{k}"] = [[f[r].name for r in axis] for axis in v]
+                elif k == "REFERENCE_LIST":
+                    out[f"{name}@{k}"] = sorted((f[ref].name, int(axis)) for ref, axis in v)
+                else:
                     out[f"{name}@{k}"] = v.tobytes() if isinstance(v, np.ndarray) else v
             if isinstance(obj, h5py.Dataset):
                 a = obj[()]
