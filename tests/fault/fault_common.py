@@ -122,6 +122,8 @@ def trace_items(path: Path) -> dict[str, object]:
                     out[f"{name}@{k}"] = [[f[r].name for r in axis] for axis in v]
                 elif k == "REFERENCE_LIST":
                     out[f"{name}@{k}"] = sorted((f[ref].name, int(axis)) for ref, axis in v)
+                elif isinstance(v, np.ndarray) and v.dtype == object:  # e.g. DIMENSION_LABELS: by value
+                    out[f"{name}@{k}"] = v.tolist()
                 else:
                     out[f"{name}@{k}"] = v.tobytes() if isinstance(v, np.ndarray) else v
             if isinstance(obj, h5py.Dataset):
