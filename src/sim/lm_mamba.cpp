@@ -27,13 +27,11 @@ T log_of(const T& x) {
   return log(x);
 }
 
-// softplus(v) = v above kSoftplusLinear (PyTorch's threshold), else log1p(exp(v)); a wider T has
-// no log1p of its own and takes log(1 + exp(v)), whose error there is far below double's. Its
-// derivative is 1 above the threshold, sigmoid(v) below.
-constexpr double kSoftplusLinear = 20.0;
+// softplus (kMambaSoftplusLinear); a wider T has no log1p of its own and takes log(1 + exp(v)),
+// whose error there is far below double's.
 template <class T>
 T softplus(const T& v) {
-  if (v > T(kSoftplusLinear)) return v;
+  if (v > T(kMambaSoftplusLinear)) return v;
   if constexpr (std::is_floating_point_v<T>) return std::log1p(std::exp(v));
   else return log_of(T(T(1) + mlp_math::exp_of(v)));
 }
@@ -371,7 +369,7 @@ void mamba_mixer_backward(const MambaShape& s, const MambaParams<T>& p, const T*
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t h = 0; h < H; ++h) {
       const T v = zxbcdt[i * W + DI + CD + h] + p.dt_bias[h];
-      const T draw = v > T(kSoftplusLinear) ? ddt[at(i * H + h)] : ddt[at(i * H + h)] * mlp_math::sigmoid(v);
+      const T draw = v > T(kMambaSoftplusLinear) ? ddt[at(i * H + h)] : ddt[at(i * H + h)] * mlp_math::sigmoid(v);
       dzxbcdt[i * W + DI + CD + h] = draw;
       gr.dt_bias[at(h)] = gr.dt_bias[at(h)] + draw;
     }

@@ -49,6 +49,10 @@
 
 namespace fp4d {
 
+// softplus(v) = v above this (PyTorch's threshold), log1p(exp(v)) below; its derivative is 1
+// above, sigmoid(v) below. Shared by the CPU mixer and the GPU's kernels.
+constexpr double kMambaSoftplusLinear = 20.0;
+
 struct MambaShape {
   std::int64_t batch = 1, seq = 1;
   std::int64_t heads = 1, head_dim = 1, state = 1, groups = 1;

@@ -39,6 +39,17 @@ LmSpec small_model() {
   return s;
 }
 
+// The same sizes with a Mamba-2 block first: d_inner 128 in 16 heads of 8, state 16, two scan
+// chunks per sequence (the in-projection's 304 rows tile by 16).
+LmSpec small_hybrid() {
+  LmSpec s = small_model();
+  s.pattern = "MFAF";
+  s.mamba.head_dim = 8;
+  s.mamba.state = 16;
+  s.mamba.chunk = 16;
+  return s;
+}
+
 RecipeGemmOptions recipe(const std::string& name, std::vector<int> edges = {}) {
   RecipeGemmOptions o;
   o.recipe = name;
@@ -112,12 +123,14 @@ TEST_CASE("gpu lm: every quantized operand equals quantize_cpu of the same opera
     std::string recipe;
     std::vector<int> edges;
     bool fused, tied;
+    bool hybrid = false;  // small_hybrid(): the Mamba projections' operands too
   };
   const LmSpec base = small_model();
   for (const Case& c : {Case{"nvfp4", {}, true, false}, Case{"nvfp4", lm_high_precision_linears(base, 1, 0), false, true},
                         Case{"nvfp4-no-2d", {}, true, true}, Case{"nvfp4-no-rht-sr8", {}, false, false},
-                        Case{"bf16", {}, true, false}}) {
-    LmSpec s = base;
+                        Case{"bf16", {}, true, false}, Case{"nvfp4", {}, true, false, true}}) {
+    LmSpec s = c.hybrid ? small_hybrid() : base;
+    INFO("pattern " << s.pattern);
     s.fused_qkv = c.fused;
     s.tied_embeddings = c.tied;
     const RecipeGemmOptions opt = recipe(c.recipe, c.edges);
@@ -144,7 +157,8 @@ TEST_CASE("gpu lm: every quantized operand equals quantize_cpu of the same opera
 // same order, and every quantizer gives equal bits on equal inputs.
 //  - One GEMM: two FP32 dot products of length K in any two orders differ by at most
 //    2 gamma_K sum |a_k b_k|, gamma_K = K u / (1 - K u), u = 2^-24. The longest sums have
-//    K = max(M = batch seq, d, ffn, seq, vocab) = 128: 2 gamma_128 = 1.53e-5. Relative to the
+//    K = max(M = batch seq, d, ffn, seq, vocab) = 128 (the hybrid's Mamba in-projection: its
+//    304 rows in Dgrad): 2 gamma_128 = 1.53e-5. Relative to the
 //    product's norm, sum |a_k b_k| / |sum a_k b_k| is taken as sqrt(K) (kappa = 11.3: terms of
 //    incoherent signs; an assumption about the data, not a worst case), so a GEMM's output
 //    differs by delta = kappa 2 gamma_K = 1.7e-4 relative (expf's 2 ulp, 2.4e-7, are far below).
@@ -160,6 +174,8 @@ TEST_CASE("gpu lm: every quantized operand equals quantize_cpu of the same opera
 //    ones on with gain <= 1, so the relative difference of the gradients is at most
 //    10 x (delta + the rounding term): fp32 1.7e-3, bf16 1.3e-2, nvfp4 9.4e-2. The logits see
 //    the forward's 5 stages: half of each.
+//  - The Mamba mixer (lm_mamba_kernels.cuh) adds expf's and log1pf's 2 ulp and two sums in
+//    another order (the decay term, P N = 128 terms, and dD): far below delta.
 //  Measured on the H200 (the WARN below): the worst of 20 steps used 2e-4 (fp32), 0.11 (bf16)
 //  and 2e-6 (nvfp4) of the gradient tolerance. NVFP4 operands are q S with at most 6
 //  significant bits, so their products are exact and the FP32 sums of this model's short
@@ -172,8 +188,8 @@ struct Tolerance {
   double gradient;  // relative 2-norm of all gradients together; the clipping norm likewise
   double logits;    // relative max-norm of the logits
 };
-Tolerance tolerance_for(const std::string& recipe) {
-  const double u = std::ldexp(1.0, -24), K = 128;
+Tolerance tolerance_for(const std::string& recipe, double K) {
+  const double u = std::ldexp(1.0, -24);
   const double gamma = K * u / (1 - K * u), kappa = std::sqrt(K);
   const double delta = kappa * 2 * gamma;
   double rounding = 0;
@@ -186,20 +202,26 @@ Tolerance tolerance_for(const std::string& recipe) {
 TEST_CASE("gpu lm: each of 20 steps agrees with the CPU step from the same state", "[gpu][lm]") {
   struct Case {
     std::string name;
-    bool mha;  // kv_heads = heads (dK, dV written directly), separate q, k, v, tied embeddings
+    bool mha;     // kv_heads = heads (dK, dV written directly), separate q, k, v, tied embeddings
+    bool hybrid;  // small_hybrid()
   };
-  for (const auto& [name, mha] : {Case{"fp32", false}, Case{"bf16", false}, Case{"nvfp4", false}, Case{"bf16", true}}) {
-    LmSpec s = small_model();
+  for (const auto& [name, mha, hybrid] :
+       {Case{"fp32", false, false}, Case{"bf16", false, false}, Case{"nvfp4", false, false}, Case{"bf16", true, false},
+        Case{"fp32", false, true}, Case{"bf16", false, true}, Case{"nvfp4", false, true}}) {
+    LmSpec s = hybrid ? small_hybrid() : small_model();
     if (mha) s.kv_heads = s.heads, s.fused_qkv = false, s.tied_embeddings = true;
-    INFO("kv_heads " << s.kv_heads << ", fused_qkv " << s.fused_qkv << ", tied " << s.tied_embeddings);
+    INFO("pattern " << s.pattern << ", kv_heads " << s.kv_heads << ", fused_qkv " << s.fused_qkv << ", tied "
+                    << s.tied_embeddings);
     const RecipeGemmOptions opt = recipe(name);
     const LmPrecision prec{name != "fp32"};
-    const Tolerance tol = tolerance_for(name);
+    // The longest GEMM reduction: the in-projection's Dgrad sums over its rows.
+    const double K = hybrid ? static_cast<double>(lm_linears(s)[0].rows) : 128.0;
+    const Tolerance tol = tolerance_for(name, K);
     INFO("recipe " << name << ": tolerance gradient " << tol.gradient << ", logits " << tol.logits);
     auto cpu = make_cpu_lm_trainer(s, opt, prec, init_lm_state<float>(s));
     cuda::LmCudaTrainer gpu(s, opt, prec, init_lm_state<float>(s));
     RecipeGemm logits_gemm(opt, static_cast<int>(lm_linears(s).size()));
-    double worst_grad = 0, worst_loss = 0;
+    double worst_grad = 0, worst_loss = 0, worst_mixer = 0;
     for (std::int64_t step = 0; step < 20; ++step) {
       const LmState<float> before = cpu->state();
       gpu.set_state(before);
@@ -233,19 +255,38 @@ TEST_CASE("gpu lm: each of 20 steps agrees with the CPU step from the same state
       const double rel = std::sqrt(diff2) / (tol.gradient * std::sqrt(ref2) + 2 * std::sqrt(round2));
       worst_grad = std::max(worst_grad, rel);
       CHECK(std::sqrt(diff2) <= tol.gradient * std::sqrt(ref2) + 2 * std::sqrt(round2));
+      // The Mamba mixer's own parameters one by one (their gradients are a small part of the
+      // total norm, so the check above could not see an error in one of them): the same
+      // stage bound, per parameter.
+      const std::vector<LmParam> info = lm_params(s);
+      for (std::size_t i = 0; i < info.size(); ++i) {
+        if (info[i].kind != LmParamKind::Mixer) continue;
+        double d2 = 0, r2 = 0, q2 = 0;
+        for (std::size_t e = 0; e < ac.m[i].size(); ++e) {
+          const double mc = ac.m[i][e], mg = ag.m[i][e], mp = before.m[i][e];
+          d2 += (mg - mc) * (mg - mc);
+          r2 += (mc - b1 * mp) * (mc - b1 * mp);
+          q2 += 4 * std::ldexp(1.0, -48) * mc * mc;
+        }
+        const double bound = tol.gradient * std::sqrt(r2) + 2 * std::sqrt(q2);
+        INFO("mixer parameter " << info[i].name << ": |dm| " << std::sqrt(d2) << ", bound " << bound);
+        worst_mixer = std::max(worst_mixer, std::sqrt(d2) / bound);
+        CHECK(std::sqrt(d2) <= bound);
+      }
     }
     // The fractions of the tolerances used (printed for docs/numerics; the checks are above).
     WARN("recipe " << name << ": worst step used " << worst_loss << " of the loss tolerance and " << worst_grad
-                   << " of the gradient tolerance");
+                   << " of the gradient tolerance" << (hybrid ? ", the mixer parameters " : "")
+                   << (hybrid ? std::to_string(worst_mixer) : std::string()) << " of theirs (" << s.pattern << ")");
   }
 }
 
 TEST_CASE("gpu lm: state round trip, resume and graph replay are bit for bit", "[gpu][lm]") {
-  const LmSpec s = small_model();
+  for (const LmSpec& s : {small_model(), small_hybrid()})
   for (const std::string name : {"nvfp4", "bf16", "fp32"}) {
     const RecipeGemmOptions opt = recipe(name, name == "nvfp4" ? lm_high_precision_linears(s, 0, 0) : std::vector<int>{});
     const LmPrecision prec{true};
-    INFO("recipe " << name);
+    INFO("recipe " << name << ", pattern " << s.pattern);
     const LmState<float> init = init_lm_state<float>(s);
     cuda::LmCudaTrainer a(s, opt, prec, init);
     CHECK(same_bits(a.state(), init));
@@ -287,4 +328,8 @@ TEST_CASE("gpu lm: the backend factory is resident, records come back", "[gpu][l
     CHECK(r.nmse < 0.1);
   }
   CHECK(!cuda::lm_cuda_unsupported(s, recipe("mxfp4")).empty());
+  CHECK(cuda::lm_cuda_unsupported(small_hybrid(), recipe("nvfp4")).empty());
+  LmSpec wide = small_hybrid();
+  wide.d_model = 256, wide.mamba.head_dim = 256, wide.mamba.state = 256, wide.mamba.chunk = 32;
+  CHECK(cuda::lm_cuda_unsupported(wide, recipe("nvfp4")).find("shared memory") != std::string::npos);
 }

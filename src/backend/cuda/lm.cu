@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/lm.hpp"
 #include "backend/cuda/lm_kernels.cuh"
+#include "backend/cuda/lm_mamba_mixer.cuh"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp_operands.hpp"
 #include "backend/cuda/recipe_linear.cuh"
@@ -43,14 +44,17 @@ struct Block {
   Buf<float> qkv, q, k, v, o, P;
   // FFN: [G U] and silu(G) U.
   Buf<float> gu, f;
+  // Mamba: the mixer's activations and its own parameters' places (lm_params order).
+  MambaCacheCuda mamba;
+  std::size_t mixer_param[7] = {};  // indexed by LmMixerParam
 };
 
 }  // namespace
 
 std::string lm_cuda_unsupported(const LmSpec& spec, const RecipeGemmOptions& opt) {
   validate(spec);
-  if (spec.pattern.find('M') != std::string::npos)
-    return "Mamba-2 (M) blocks have no resident GPU path yet (the host runs the model, the GPU its GEMMs)";
+  const std::string mixer = mamba_cuda_unsupported(spec);
+  if (!mixer.empty()) return mixer;
   const std::string tiling = lm_tiling_problem(spec);
   if (!tiling.empty()) return tiling;
   const auto lin = lm_linears(spec);
@@ -98,6 +102,8 @@ struct LmCudaTrainer::Impl {
   Buf<float> h, dh, z, da, tmp;     // residual stream, its gradient, block outputs, norm input gradients
   Buf<float> fin_n, fin_rinv, fin_a, logits;
   Buf<float> dO, dqkv, dq, dk, dv, dP, dkh, dvh, df, dgu, gain_partial;
+  std::unique_ptr<MambaMixerCuda> mixer;  // with M blocks: the mixers' kernels and backward scratch
+  Buf<float> dmy, dzx;                    // the gradients of a mixer's output and of its in-projection's
   Buf<double> partial, loss_sum, norm_partial;
   Buf<ClipState> clip;
   Buf<unsigned long long> lost;
@@ -130,6 +136,7 @@ struct LmCudaTrainer::Impl {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     lt = std::make_unique<OwnedLtContext>();
     allocate_parameters();
+    if (spec.pattern.find('M') != std::string::npos) mixer = std::make_unique<MambaMixerCuda>(spec, prec.bf16_mixers);
     allocate_step_buffers();
     build_blocks();
     build_linears();
@@ -205,6 +212,8 @@ struct LmCudaTrainer::Impl {
     dvh = buf<float>(attn ? M * qd : 0, "cudaMalloc (dv per head)");
     df = buf<float>(ffn ? M * F : 0, "cudaMalloc (df)");
     dgu = buf<float>(ffn ? M * 2 * F : 0, "cudaMalloc (dgu)");
+    dmy = buf<float>(mixer ? M * mixer->dims().DI : 0, "cudaMalloc (mamba mixer output gradient)");
+    dzx = buf<float>(mixer ? M * mixer->dims().W : 0, "cudaMalloc (mamba in-projection gradient)");
     gain_partial = buf<float>((M + kGainChunk - 1) / kGainChunk * d, "cudaMalloc (gain partials)");
     partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
@@ -245,11 +254,27 @@ struct LmCudaTrainer::Impl {
         }
         k.o = buf<float>(M * qd, "cudaMalloc (o)");
         k.P = buf<float>(spec.batch * H * S * S, "cudaMalloc (attention probabilities)");
+      } else if (k.kind == LmBlockKind::Mamba) {
+        mixer->allocate(k.mamba);
       } else {
         k.gu = buf<float>(M * 2 * F, "cudaMalloc (gu)");
         k.f = buf<float>(M * F, "cudaMalloc (f)");
       }
     }
+    for (std::size_t i = 0; i < info.size(); ++i)
+      if (info[i].kind == LmParamKind::Mixer)
+        blocks[static_cast<std::size_t>(info[i].block)].mixer_param[static_cast<int>(info[i].mixer)] = i;
+  }
+
+  MambaParamsCuda mixer_params(const Block& k) const {
+    const auto at = [&](LmMixerParam r) { return param(k.mixer_param[static_cast<int>(r)]); };
+    using R = LmMixerParam;
+    return MambaParamsCuda{at(R::ConvW), at(R::ConvB), at(R::DtBias), at(R::ALog), at(R::DSkip), at(R::Norm)};
+  }
+  MambaGradsCuda mixer_grads(const Block& k) const {
+    const auto at = [&](LmMixerParam r) { return grad(k.mixer_param[static_cast<int>(r)]); };
+    using R = LmMixerParam;
+    return MambaGradsCuda{at(R::ConvW), at(R::ConvB), at(R::DtBias), at(R::ALog), at(R::DSkip), at(R::Norm)};
   }
 
   // The tensors of linear l: its input, output and their gradients, as sim/lm.cpp wires them.
@@ -272,6 +297,8 @@ struct LmCudaTrainer::Impl {
       case LmLinearKind::AttnOut: t.x = k.o->p, t.y = z->p, t.dy = dh->p, t.dx = dO->p; break;
       case LmLinearKind::FfnGateUp: t.x = k.a->p, t.y = k.gu->p, t.dy = dgu->p, t.dx = da->p; break;
       case LmLinearKind::FfnDown: t.x = k.f->p, t.y = z->p, t.dy = dh->p, t.dx = df->p; break;
+      case LmLinearKind::MambaIn: t.x = k.a->p, t.y = k.mamba.zx->p, t.dy = dzx->p, t.dx = da->p; break;
+      case LmLinearKind::MambaOut: t.x = k.mamba.out->p, t.y = z->p, t.dy = dh->p, t.dx = dmy->p; break;
       case LmLinearKind::Head: break;
     }
     return t;
@@ -468,6 +495,10 @@ struct LmCudaTrainer::Impl {
         for (int j = 0; j < parts; ++j) linear[static_cast<std::size_t>(l0 + j)]->forward(seed, stream, lt->get());
         attention_forward(k);
         linear[static_cast<std::size_t>(l0 + parts)]->forward(seed, stream, lt->get());
+      } else if (k.kind == LmBlockKind::Mamba) {
+        linear[static_cast<std::size_t>(l0)]->forward(seed, stream, lt->get());
+        mixer->forward(stream, mixer_params(k), k.mamba);
+        linear[static_cast<std::size_t>(l0 + 1)]->forward(seed, stream, lt->get());
       } else {
         linear[static_cast<std::size_t>(l0)]->forward(seed, stream, lt->get());
         swiglu_forward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, k.f->p, M, F);
@@ -500,6 +531,10 @@ struct LmCudaTrainer::Impl {
           backward_linear(l0 + j, seed, ops);
           if (j > 0) add(da->p, tmp->p, M * d);
         }
+      } else if (k.kind == LmBlockKind::Mamba) {
+        backward_linear(l0 + 1, seed, ops);  // out: dW_out, d(mixer output)
+        mixer->backward(stream, mixer_params(k), k.mamba, dmy->p, dzx->p, mixer_grads(k));
+        backward_linear(l0, seed, ops);
       } else {
         backward_linear(l0 + 1, seed, ops);  // down: dW_down, dF
         swiglu_backward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, df->p, dgu->p, M, F);

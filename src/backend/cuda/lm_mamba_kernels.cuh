@@ -1,0 +1,425 @@
+// The device side of the resident lm step's Mamba-2 mixers (lm_mamba_mixer.cuh launches them):
+// sim/lm_mamba.hpp's expressions in its order (--fmad=false), so that equal inputs give the
+// CPU's float bits wherever a sum can keep the CPU's serial order at the GPU's pace.
+//
+// Bit-identical to sim/lm_mamba.cpp's float mixer from equal inputs, apart from expf and log1pf
+// (CUDA's, within 2 ulp of glibc's): the convolution and SiLU, softplus, the chunked scan's
+// forward (one block per sequence and head walks the chunks in order; every sum of the SSD form
+// runs in the CPU's order), the gate and gated RMSNorm, the states of the backward's plain
+// recurrence, the adjoint G_t, dC, dB, dx, the per-position dt gradient but for its decay term,
+// the sums over a group's heads, dA, dt_bias and the convolution's gradients (serial ascending
+// sums over the rows).
+// What differs: the decay term's <G_t, h_(t-1)> (per state column over p, then the columns in
+// ascending order, instead of one sum in (p, n) order: a serial sum of P N terms per position
+// would serialise the backward), dD (per position over p, then the positions, instead of one
+// running sum), and the gated norm's gain gradient (lm_kernels.cuh's chunked gain sum).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/lm_kernels.cuh"  // lane0_serial_sum, kRowWarps
+#include "format/bf16.hpp"
+#include "model/mlp_math.hpp"
+#include "sim/lm_mamba.hpp"  // kMambaSoftplusLinear
+
+namespace fp4d::cuda {
+
+namespace {
+
+#define FP4D_MAMBA_STRIDE(i, n)                                                                  \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+// The mixer's sizes (sim/lm_mamba.hpp's MambaShape, flattened): rows R = batch S; the
+// in-projection's row [z | x | B | C | dt_raw] has width W; conv channels CD = DI + 2 GN.
+struct MambaDims {
+  std::int64_t R = 0, S = 0, W = 0, DI = 0, CD = 0, GN = 0, H = 0, P = 0, N = 0, G = 0, K = 0, L = 0;
+  int bf16 = 0;  // the scan's operands x, B, C and its incoming gradient rounded to BF16
+  float eps = 0;
+};
+
+__device__ __forceinline__ float scan_operand(float v, int bf16) { return bf16 ? bf16_round(v) : v; }
+__device__ __forceinline__ float decay_rate(const float* a_log, std::int64_t h) { return -mlp_math::exp_of(a_log[h]); }
+__device__ __forceinline__ float silu_prime(float v) { return mlp_math::silu_derivative(v, mlp_math::sigmoid(v)); }
+
+// ---- forward ----
+// pre = conv_b + sum_k conv_w_k in_(t-K+1+k) (k ascending, positions before the sequence's start
+// left out), xbc = silu(pre); the input is the x, B, C columns of the in-projection's output.
+__global__ void mamba_conv_forward_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ w,
+                                          const float* __restrict__ bias, float* __restrict__ pre,
+                                          float* __restrict__ xbc) {
+  FP4D_MAMBA_STRIDE(e, m.R * m.CD) {
+    const std::int64_t i = e / m.CD, ch = e % m.CD, t = i % m.S;
+    float acc = bias[ch];
+    for (std::int64_t k = 0; k < m.K; ++k) {
+      const std::int64_t pos = t - m.K + 1 + k;
+      if (pos < 0) continue;
+      acc = acc + w[ch * m.K + k] * zx[(i - t + pos) * m.W + m.DI + ch];
+    }
+    pre[e] = acc;
+    xbc[e] = mlp_math::silu(acc);
+  }
+}
+
+// dt = softplus(dt_raw + dt_bias).
+__global__ void mamba_dt_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ dt_bias,
+                                float* __restrict__ dt) {
+  FP4D_MAMBA_STRIDE(e, m.R * m.H) {
+    const std::int64_t i = e / m.H, h = e % m.H;
+    const float v = zx[i * m.W + m.DI + m.CD + h] + dt_bias[h];
+    dt[e] = v > static_cast<float>(kMambaSoftplusLinear) ? v : log1pf(mlp_math::exp_of(v));
+  }
+}
+
+// The scan's shared memory, floats: x (L P), B and C (L N each), the chunk's weights (L L), the
+// state (P N), dt, cum and the state-update weights (L each).
+__host__ __device__ inline std::int64_t mamba_scan_smem_floats(std::int64_t L, std::int64_t P, std::int64_t N) {
+  return L * P + 2 * L * N + L * L + P * N + 3 * L;
+}
+
+// y = the chunked SSD scan (sim/lm_mamba.hpp) with D x: one block per (sequence, head), its
+// chunks in order, each stage's outputs spread over the block's threads.
+__global__ void mamba_scan_forward_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
+                                          const float* __restrict__ a_log, const float* __restrict__ d_skip,
+                                          float* __restrict__ y) {
+  extern __shared__ float mamba_smem[];
+  const std::int64_t L = m.L, P = m.P, N = m.N;
+  float* xs = mamba_smem;
+  float* Bs = xs + L * P;
+  float* Cs = Bs + L * N;
+  float* Wt = Cs + L * N;
+  float* st = Wt + L * L;
+  float* dts = st + P * N;
+  float* cum = dts + L;
+  float* wl = cum + L;
+  const std::int64_t b = blockIdx.x / m.H, h = blockIdx.x % m.H, g = h / (m.H / m.G);
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const float A = decay_rate(a_log, h), D = d_skip[h];
+  for (std::int64_t k = tid; k < P * N; k += nt) st[k] = 0.0f;
+  for (std::int64_t t0 = 0; t0 < m.S; t0 += L) {
+    const std::int64_t row0 = b * m.S + t0;
+    for (std::int64_t e = tid; e < L * P; e += nt)
+      xs[e] = scan_operand(xbc[(row0 + e / P) * m.CD + h * P + e % P], m.bf16);
+    for (std::int64_t e = tid; e < L * N; e += nt) {
+      const float* r = xbc + (row0 + e / N) * m.CD + m.DI + g * N + e % N;
+      Bs[e] = scan_operand(r[0], m.bf16);
+      Cs[e] = scan_operand(r[m.GN], m.bf16);
+    }
+    for (std::int64_t u = tid; u < L; u += nt) dts[u] = dt[(row0 + u) * m.H + h];
+    __syncthreads();
+    if (tid == 0) {
+      float acc = 0.0f;
+      for (std::int64_t u = 0; u < L; ++u) {
+        acc = acc + dts[u] * A;
+        cum[u] = acc;
+      }
+    }
+    __syncthreads();
+    const float last = cum[L - 1];
+    for (std::int64_t u = tid; u < L; u += nt) wl[u] = mlp_math::exp_of(float(last - cum[u])) * dts[u];
+    for (std::int64_t e = tid; e < L * L; e += nt) {
+      const std::int64_t t = e / L, u = e % L;
+      if (u > t) continue;
+      float cb = 0.0f;
+      for (std::int64_t n = 0; n < N; ++n) cb = cb + Cs[t * N + n] * Bs[u * N + n];
+      Wt[e] = (cb * mlp_math::exp_of(float(cum[t] - cum[u]))) * dts[u];
+    }
+    __syncthreads();
+    for (std::int64_t e = tid; e < L * P; e += nt) {
+      const std::int64_t t = e / P, p = e % P;
+      float hx = 0.0f;
+      for (std::int64_t u = 0; u <= t; ++u) hx = hx + Wt[t * L + u] * xs[u * P + p];
+      const float et = mlp_math::exp_of(cum[t]);
+      float hc = 0.0f;
+      for (std::int64_t n = 0; n < N; ++n) hc = hc + st[p * N + n] * Cs[t * N + n];
+      y[(row0 + t) * m.DI + h * P + p] = (hx + et * hc) + D * xs[t * P + p];
+    }
+    __syncthreads();
+    const float el = mlp_math::exp_of(last);
+    for (std::int64_t k = tid; k < P * N; k += nt) {
+      const std::int64_t p = k / N, n = k % N;
+      float a = el * st[k];
+      for (std::int64_t u = 0; u < L; ++u) a = a + (wl[u] * xs[u * P + p]) * Bs[u * N + n];
+      st[k] = a;
+    }
+    __syncthreads();
+  }
+}
+
+// One warp per (row, group) of DI / G columns: gv = y silu(z), rinv = 1 / sqrt(sum gv^2 / len +
+// eps) (ascending), n = gv rinv, out = n gain.
+__global__ void mamba_gate_norm_forward_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ y,
+                                               const float* __restrict__ gain, float* __restrict__ nrm,
+                                               float* __restrict__ rinv, float* __restrict__ out) {
+  extern __shared__ float mamba_row_terms[];
+  const std::int64_t gw = m.DI / m.G;
+  float* e = mamba_row_terms + (threadIdx.x / 32) * gw;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const float len = static_cast<float>(gw);
+  for (std::int64_t w = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; w < m.R * m.G;
+       w += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32) {
+    const std::int64_t i = w / m.G, c0 = (w % m.G) * gw;
+    for (std::int64_t j = lane; j < gw; j += 32) {
+      const float gv = y[i * m.DI + c0 + j] * mlp_math::silu(zx[i * m.W + c0 + j]);
+      nrm[i * m.DI + c0 + j] = gv;
+      e[j] = gv * gv;
+    }
+    __syncwarp();
+    const float ss = lane0_serial_sum(e, gw);
+    const float r = 1.0f / mlp_math::sqrt_of(float(ss / len + m.eps));
+    if (lane == 0) rinv[w] = r;
+    for (std::int64_t j = lane; j < gw; j += 32) {
+      const std::int64_t k = i * m.DI + c0 + j;
+      const float nv = nrm[k] * r;
+      nrm[k] = nv;
+      out[k] = nv * gain[c0 + j];
+    }
+    __syncwarp();
+  }
+}
+
+// ---- backward ----
+// The gate and the gated norm's transposes, one warp per (row, group): dn = dout gain,
+// mean = sum(dn n) / len (ascending), dg = rinv (dn - n mean); dy = dg silu(z) (the scan's
+// incoming gradient, rounded to BF16 under bf16), dz = (dg y) silu'(z) into the z columns of dzx.
+__global__ void mamba_gate_norm_backward_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ y,
+                                                const float* __restrict__ nrm, const float* __restrict__ rinv,
+                                                const float* __restrict__ gain, const float* __restrict__ dout,
+                                                float* __restrict__ dy, float* __restrict__ dzx) {
+  extern __shared__ float mamba_row_terms[];
+  const std::int64_t gw = m.DI / m.G;
+  float* e = mamba_row_terms + (threadIdx.x / 32) * gw;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const float len = static_cast<float>(gw);
+  for (std::int64_t w = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; w < m.R * m.G;
+       w += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32) {
+    const std::int64_t i = w / m.G, c0 = (w % m.G) * gw;
+    for (std::int64_t j = lane; j < gw; j += 32) {
+      const std::int64_t k = i * m.DI + c0 + j;
+      e[j] = (dout[k] * gain[c0 + j]) * nrm[k];
+    }
+    __syncwarp();
+    const float mean = lane0_serial_sum(e, gw) / len;
+    const float r = rinv[w];
+    for (std::int64_t j = lane; j < gw; j += 32) {
+      const std::int64_t k = i * m.DI + c0 + j;
+      const float dg = r * ((dout[k] * gain[c0 + j]) - nrm[k] * mean);
+      const float z = zx[i * m.W + c0 + j];
+      dy[k] = scan_operand(dg * mlp_math::silu(z), m.bf16);
+      dzx[i * m.W + c0 + j] = (dg * y[k]) * silu_prime(z);
+    }
+    __syncwarp();
+  }
+}
+
+// The backward's states h_t (the plain recurrence, h_t = exp(dt_t A) h_(t-1) + (dt_t x_t) B_t^T
+// elementwise) of every position: hs [sequence, head][t][p N + n]. Grid (ceil(P N / threads),
+// batch H); a thread walks one state element through the sequence.
+__global__ void mamba_scan_states_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
+                                         const float* __restrict__ a_log, float* __restrict__ hs) {
+  const std::int64_t PN = m.P * m.N, task = blockIdx.y, b = task / m.H, h = task % m.H, g = h / (m.H / m.G);
+  const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= PN) return;
+  const std::int64_t p = k / m.N, n = k % m.N;
+  const float A = decay_rate(a_log, h);
+  float e = 0.0f;
+  for (std::int64_t t = 0; t < m.S; ++t) {
+    const std::int64_t row = b * m.S + t;
+    const float d = dt[row * m.H + h];
+    const float a = mlp_math::exp_of(float(d * A));
+    const float dxp = d * scan_operand(xbc[row * m.CD + h * m.P + p], m.bf16);
+    e = a * e + dxp * scan_operand(xbc[row * m.CD + m.DI + g * m.N + n], m.bf16);
+    hs[(task * m.S + t) * PN + k] = e;
+  }
+}
+
+// The adjoint of the recurrence in reverse time, one block per (sequence, head); G in shared
+// memory [p N + n]. Per position t: G_t = dy_t C_t^T + exp(dt_(t+1) A) G_(t+1); thread n (a
+// state column): dC_part = sum_p h_t dy, dB_part = dt sum_p G x, da_part = sum_p G h_(t-1)
+// (ascending p); thread p (a row): GB = sum_n G B (ascending n), dx = D dy + dt GB into the x
+// columns of dxbc. Per-head parts are [sequence, head][t][n].
+__global__ void mamba_scan_adjoint_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
+                                          const float* __restrict__ a_log, const float* __restrict__ d_skip,
+                                          const float* __restrict__ dy, const float* __restrict__ hs,
+                                          float* __restrict__ dxbc, float* __restrict__ dB_part,
+                                          float* __restrict__ dC_part, float* __restrict__ da_part,
+                                          float* __restrict__ GB) {
+  extern __shared__ float mamba_smem[];
+  const std::int64_t P = m.P, N = m.N, PN = P * N;
+  float* Gs = mamba_smem;
+  float* dys = Gs + PN;
+  float* xs = dys + P;
+  float* Bs = xs + P;
+  float* Cs = Bs + N;
+  const std::int64_t task = blockIdx.x, b = task / m.H, h = task % m.H, g = h / (m.H / m.G);
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const float A = decay_rate(a_log, h), D = d_skip[h];
+  for (std::int64_t k = tid; k < PN; k += nt) Gs[k] = 0.0f;
+  float a_next = 0.0f;  // exp(dt_(t+1) A); the carry into the last position is 0
+  for (std::int64_t t = m.S; t-- > 0;) {
+    const std::int64_t row = b * m.S + t;
+    const float d = dt[row * m.H + h];
+    for (std::int64_t p = tid; p < P; p += nt) {
+      dys[p] = dy[row * m.DI + h * P + p];
+      xs[p] = scan_operand(xbc[row * m.CD + h * P + p], m.bf16);
+    }
+    for (std::int64_t n = tid; n < N; n += nt) {
+      Bs[n] = scan_operand(xbc[row * m.CD + m.DI + g * N + n], m.bf16);
+      Cs[n] = scan_operand(xbc[row * m.CD + m.DI + m.GN + g * N + n], m.bf16);
+    }
+    __syncthreads();
+    const float* ht = hs + (task * m.S + t) * PN;
+    for (std::int64_t n = tid; n < N; n += nt) {
+      float c = 0.0f, bsum = 0.0f, dap = 0.0f;
+      for (std::int64_t p = 0; p < P; ++p) {
+        const std::int64_t k = p * N + n;
+        const float Gv = dys[p] * Cs[n] + a_next * Gs[k];
+        Gs[k] = Gv;
+        c = c + ht[k] * dys[p];
+        bsum = bsum + Gv * xs[p];
+        if (t > 0) dap = dap + Gv * ht[k - PN];
+      }
+      const std::int64_t q = (task * m.S + t) * N + n;
+      dC_part[q] = c;
+      dB_part[q] = d * bsum;
+      da_part[q] = dap;
+    }
+    __syncthreads();
+    for (std::int64_t p = tid; p < P; p += nt) {
+      float gb = 0.0f;
+      for (std::int64_t n = 0; n < N; ++n) gb = gb + Gs[p * N + n] * Bs[n];
+      GB[row * m.DI + h * P + p] = gb;
+      dxbc[row * m.CD + h * P + p] = D * dys[p] + d * gb;
+    }
+    a_next = mlp_math::exp_of(float(d * A));
+    __syncthreads();
+  }
+}
+
+// dB and dC of a group: its heads' parts added in ascending head order, into dxbc's B and C
+// columns.
+__global__ void mamba_group_sum_kernel(MambaDims m, const float* __restrict__ dB_part,
+                                       const float* __restrict__ dC_part, float* __restrict__ dxbc) {
+  const std::int64_t per_group = m.H / m.G;
+  FP4D_MAMBA_STRIDE(e, m.R * m.GN) {
+    const std::int64_t i = e / m.GN, gn = e % m.GN, g = gn / m.N, n = gn % m.N, b = i / m.S, t = i % m.S;
+    float sb = 0.0f, sc = 0.0f;
+    for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+      const std::int64_t q = ((b * m.H + h) * m.S + t) * m.N + n;
+      sb = sb + dB_part[q];
+      sc = sc + dC_part[q];
+    }
+    dxbc[i * m.CD + m.DI + gn] = sb;
+    dxbc[i * m.CD + m.DI + m.GN + gn] = sc;
+  }
+}
+
+// Per (row, head): ddt = sum_p x GB (ascending) + (da exp(dt A)) A, da = the state columns'
+// parts in ascending order (0 at a sequence's first position); its terms of dA ((da a) dt) and
+// dD (sum_p dy x); then softplus's transpose: draw = ddt (v > threshold) or ddt sigmoid(v),
+// into the dt_raw column of dzx and `draw`.
+__global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ zx,
+                                         const float* __restrict__ dt, const float* __restrict__ a_log,
+                                         const float* __restrict__ dt_bias, const float* __restrict__ dy,
+                                         const float* __restrict__ GB, const float* __restrict__ da_part,
+                                         float* __restrict__ dzx, float* __restrict__ dA_term,
+                                         float* __restrict__ dD_term, float* __restrict__ draw) {
+  FP4D_MAMBA_STRIDE(e, m.R * m.H) {
+    const std::int64_t i = e / m.H, h = e % m.H, b = i / m.S, t = i % m.S;
+    const float A = decay_rate(a_log, h), d = dt[e];
+    float ddt = 0.0f, dd = 0.0f;
+    for (std::int64_t p = 0; p < m.P; ++p) {
+      const float x = scan_operand(xbc[i * m.CD + h * m.P + p], m.bf16);
+      ddt = ddt + x * GB[i * m.DI + h * m.P + p];
+      dd = dd + dy[i * m.DI + h * m.P + p] * x;
+    }
+    float da = 0.0f;
+    if (t > 0)
+      for (std::int64_t n = 0; n < m.N; ++n) da = da + da_part[((b * m.H + h) * m.S + t) * m.N + n];
+    const float daa = da * mlp_math::exp_of(float(d * A));
+    const float total = ddt + daa * A;
+    dA_term[e] = daa * d;
+    dD_term[e] = dd;
+    const float v = zx[i * m.W + m.DI + m.CD + h] + dt_bias[h];
+    const float r = v > static_cast<float>(kMambaSoftplusLinear) ? total : total * mlp_math::sigmoid(v);
+    dzx[i * m.W + m.DI + m.CD + h] = r;
+    draw[e] = r;
+  }
+}
+
+// The per-head parameters' gradients, one thread per head: dt_bias = sum of draw over the rows
+// (ascending); dA and dD per sequence over its positions in descending order (the adjoint's
+// order), the sequences ascending; a_log's = dA A.
+__global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a_log, const float* __restrict__ draw,
+                                        const float* __restrict__ dA_term, const float* __restrict__ dD_term,
+                                        float* __restrict__ g_dt_bias, float* __restrict__ g_a_log,
+                                        float* __restrict__ g_d_skip) {
+  FP4D_MAMBA_STRIDE(h, m.H) {
+    float db = 0.0f;
+    for (std::int64_t i = 0; i < m.R; ++i) db = db + draw[i * m.H + h];
+    float dA = 0.0f, dD = 0.0f;
+    for (std::int64_t b = 0; b < m.R / m.S; ++b) {
+      float pa = 0.0f, pd = 0.0f;
+      for (std::int64_t t = m.S; t-- > 0;) {
+        pa = pa + dA_term[(b * m.S + t) * m.H + h];
+        pd = pd + dD_term[(b * m.S + t) * m.H + h];
+      }
+      dA = dA + pa;
+      dD = dD + pd;
+    }
+    g_dt_bias[h] = db;
+    g_a_log[h] = dA * decay_rate(a_log, h);
+    g_d_skip[h] = dD;
+  }
+}
+
+// In place: dxbc (the gradient after SiLU) -> dpre = dxbc silu'(pre).
+__global__ void mamba_silu_backward_kernel(MambaDims m, const float* __restrict__ pre, float* __restrict__ dxbc) {
+  FP4D_MAMBA_STRIDE(e, m.R * m.CD) dxbc[e] = dxbc[e] * silu_prime(pre[e]);
+}
+
+// The convolution's input gradient: the input at position q feeds the outputs q + K - 1 - k
+// (k ascending), into the x, B, C columns of dzx.
+__global__ void mamba_conv_backward_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ w,
+                                           float* __restrict__ dzx) {
+  FP4D_MAMBA_STRIDE(e, m.R * m.CD) {
+    const std::int64_t i = e / m.CD, ch = e % m.CD, t = i % m.S;
+    float acc = 0.0f;
+    for (std::int64_t k = 0; k < m.K; ++k) {
+      const std::int64_t tout = t + m.K - 1 - k;
+      if (tout >= m.S) continue;
+      acc = acc + dpre[(i - t + tout) * m.CD + ch] * w[ch * m.K + k];
+    }
+    dzx[i * m.W + m.DI + ch] = acc;
+  }
+}
+
+// The convolution's weights and bias: per (channel, tap) a serial sum over the rows in
+// ascending order (tap K: the bias).
+__global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ zx,
+                                              float* __restrict__ g_w, float* __restrict__ g_b) {
+  FP4D_MAMBA_STRIDE(e, m.CD * (m.K + 1)) {
+    const std::int64_t ch = e % m.CD, k = e / m.CD;
+    float acc = 0.0f;
+    if (k == m.K) {
+      for (std::int64_t i = 0; i < m.R; ++i) acc = acc + dpre[i * m.CD + ch];
+      g_b[ch] = acc;
+    } else {
+      for (std::int64_t i = 0; i < m.R; ++i) {
+        const std::int64_t t = i % m.S, pos = t - m.K + 1 + k;
+        if (pos < 0) continue;
+        acc = acc + dpre[i * m.CD + ch] * zx[(i - t + pos) * m.W + m.DI + ch];
+      }
+      g_w[ch * m.K + k] = acc;
+    }
+  }
+}
+
+#undef FP4D_MAMBA_STRIDE
+
+}  // namespace
+
+}  // namespace fp4d::cuda
