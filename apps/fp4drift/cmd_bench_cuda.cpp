@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/bench.hpp"
@@ -155,7 +158,11 @@ int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64
 // statistics come back to the host. The floor: the linear GEMMs at the BF16 dense rate measured
 // on the H200 (780 TFLOP/s, gemm-cuda) plus the attention products at the FP32 SIMT datasheet
 // rate (67 TFLOP/s: they run as FP32 CUDA-core kernels).
-int run_bench_lm_cuda(std::int64_t steps, bool json) {
+namespace {
+
+// The two ~20M-parameter models of the H200 configs: the transformer of lm-h200.toml and the
+// hybrid of lm-h200-hybrid.toml (6 Mamba-2, 6 FFN, 2 attention blocks).
+LmSpec bench_transformer() {
   LmSpec s;
   s.vocab = 256;
   s.d_model = 512;
@@ -167,35 +174,58 @@ int run_bench_lm_cuda(std::int64_t steps, bool json) {
   s.pattern = "AFAFAFAFAFAFAFAF";
   s.optimizer.total_steps = 100000;
   validate(s);
-  struct Line {
-    std::string name;
-    cuda::LmCudaBench r;
-  };
-  std::vector<Line> lines;
+  return s;
+}
+LmSpec bench_hybrid() {
+  LmSpec s = bench_transformer();
+  s.pattern = "MFMFMAMFMFMAMF";
+  s.mamba.state = 64;
+  s.mamba.head_dim = 64;
+  s.mamba.chunk = 64;
+  validate(s);
+  return s;
+}
+
+struct LmBenchLine {
+  std::string name;
+  cuda::LmCudaBench r;
+};
+constexpr double kBf16Flops = 780e12, kFp32Flops = 67e12;
+double lm_floor_s(const cuda::LmCudaBench& r) { return r.linear_flops / kBf16Flops + r.attention_flops / kFp32Flops; }
+
+std::vector<LmBenchLine> bench_lm_model(const LmSpec& s, std::int64_t steps) {
+  // The paper's recipe keeps the first and last blocks in BF16 (its hybrid: the first 2 and last 8
+  // of 62 blocks; here one of 14-16 at each end) and the head.
   const std::vector<std::pair<std::string, std::vector<int>>> cases = {
-      {"bf16", {}}, {"nvfp4", {}}, {"nvfp4", lm_high_precision_linears(s, 0, 0)}, {"fp32", {}}};
+      {"bf16", {}}, {"nvfp4", {}}, {"nvfp4", lm_high_precision_linears(s, 0, 0)},
+      {"nvfp4", lm_high_precision_linears(s, 1, 1)}, {"fp32", {}}};
+  const auto label = [&](const std::string& name, const std::vector<int>& edges) {
+    if (edges.empty()) return name;
+    return name + (edges == lm_high_precision_linears(s, 0, 0) ? " (head BF16)" : " (paper BF16)");
+  };
+  std::vector<LmBenchLine> lines;
   for (const auto& [name, edges] : cases) {
     RecipeGemmOptions o{name, "bf16", edges, 1, {}};
-    lines.push_back({name + (edges.empty() ? "" : " (head BF16)"), cuda::lm_cuda_bench(s, o, 3, steps)});
+    lines.push_back({label(name, edges), cuda::lm_cuda_bench(s, o, 3, steps)});
   }
+  return lines;
+}
+
+nlohmann::ordered_json lm_bench_json(const LmSpec& s, const std::vector<LmBenchLine>& lines) {
   const double bf16 = lines[0].r.step_s;
-  constexpr double kBf16Flops = 780e12, kFp32Flops = 67e12;
-  const auto floor_s = [&](const cuda::LmCudaBench& r) {
-    return r.linear_flops / kBf16Flops + r.attention_flops / kFp32Flops;
-  };
-  if (json) {
-    nlohmann::ordered_json j = {{"benchmark", "lm-cuda"}, {"d_model", s.d_model}, {"heads", s.heads},
-                                {"ffn", s.ffn}, {"pattern", s.pattern}, {"vocab", s.vocab}, {"seq_len", s.seq_len},
-                                {"batch", s.batch}, {"parameters", lines[0].r.parameters},
-                                {"cases", nlohmann::ordered_json::array()}};
-    for (const Line& l : lines)
-      j["cases"].push_back({{"recipe", l.name}, {"launch", l.r.launch_mode}, {"steps", l.r.steps},
-                            {"seconds_per_step", l.r.step_s}, {"ratio_to_bf16", l.r.step_s / bf16},
-                            {"hours_per_100k_steps", l.r.step_s * 1e5 / 3600}, {"linear_flops", l.r.linear_flops},
-                            {"attention_flops", l.r.attention_flops}, {"fraction_of_floor", floor_s(l.r) / l.r.step_s}});
-    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return 0;
-  }
+  nlohmann::ordered_json j = {{"d_model", s.d_model}, {"heads", s.heads}, {"ffn", s.ffn}, {"pattern", s.pattern},
+                              {"vocab", s.vocab}, {"seq_len", s.seq_len}, {"batch", s.batch},
+                              {"parameters", lines[0].r.parameters}, {"cases", nlohmann::ordered_json::array()}};
+  for (const LmBenchLine& l : lines)
+    j["cases"].push_back({{"recipe", l.name}, {"launch", l.r.launch_mode}, {"steps", l.r.steps},
+                          {"seconds_per_step", l.r.step_s}, {"ratio_to_bf16", l.r.step_s / bf16},
+                          {"hours_per_100k_steps", l.r.step_s * 1e5 / 3600}, {"linear_flops", l.r.linear_flops},
+                          {"attention_flops", l.r.attention_flops}, {"fraction_of_floor", lm_floor_s(l.r) / l.r.step_s}});
+  return j;
+}
+
+void print_lm_bench(const LmSpec& s, const std::vector<LmBenchLine>& lines) {
+  const double bf16 = lines[0].r.step_s;
   std::printf("fp4drift bench lm-cuda: GPU-resident lm training steps, %lld parameters (d_model %lld, %lld heads, ffn %lld, "
               "pattern %s, vocab %lld), seq %lld x batch %lld\n",
               static_cast<long long>(lines[0].r.parameters), static_cast<long long>(s.d_model),
@@ -203,12 +233,50 @@ int run_bench_lm_cuda(std::int64_t steps, bool json) {
               static_cast<long long>(s.vocab), static_cast<long long>(s.seq_len), static_cast<long long>(s.batch));
   std::printf("  %-20s %6s %10s %9s %14s %12s  %s\n", "recipe", "steps", "ms/step", "vs bf16", "100k steps (h)",
               "of floor", "launch");
-  for (const Line& l : lines)
+  for (const LmBenchLine& l : lines)
     std::printf("  %-20s %6lld %10.3f %9.3f %14.3f %11.1f%%  %s\n", l.name.c_str(), static_cast<long long>(l.r.steps),
-                l.r.step_s * 1e3, l.r.step_s / bf16, l.r.step_s * 1e5 / 3600, 100 * floor_s(l.r) / l.r.step_s,
+                l.r.step_s * 1e3, l.r.step_s / bf16, l.r.step_s * 1e5 / 3600, 100 * lm_floor_s(l.r) / l.r.step_s,
                 l.r.launch_mode.c_str());
-  std::printf("  floor: linear GEMMs %.3f TFLOP at 780 TFLOP/s (BF16) + attention %.3f TFLOP at 67 TFLOP/s (FP32 SIMT)\n",
-              lines[0].r.linear_flops * 1e-12, lines[0].r.attention_flops * 1e-12);
+  std::printf("  floor: linear GEMMs %.3f TFLOP at 780 TFLOP/s (BF16) + attention %.3f TFLOP at 67 TFLOP/s (FP32 SIMT)%s\n",
+              lines[0].r.linear_flops * 1e-12, lines[0].r.attention_flops * 1e-12,
+              s.pattern.find('M') != std::string::npos ? "; the Mamba mixers' own work not counted" : "");
+}
+
+}  // namespace
+
+int run_bench_lm_cuda(std::int64_t steps, bool json) {
+  const LmSpec tf = bench_transformer(), hy = bench_hybrid();
+  const std::vector<LmBenchLine> t_lines = bench_lm_model(tf, steps), h_lines = bench_lm_model(hy, steps);
+  const cuda::MambaScanBench sc = cuda::mamba_scan_bench(hy, 10);
+  const double bw = sc.copy_gbps * 1e9;
+  const double fwd_floor = sc.forward_bytes / bw, bwd_floor = sc.backward_bytes / bw;
+  const double bwd_design = (sc.backward_bytes + sc.states_bytes) / bw;
+  if (json) {
+    nlohmann::ordered_json j = lm_bench_json(tf, t_lines);
+    j["benchmark"] = "lm-cuda";
+    j["hybrid"] = lm_bench_json(hy, h_lines);
+    j["mamba_mixer"] = {{"copy_gbps", sc.copy_gbps},
+                        {"scan_forward_seconds", sc.forward_s},
+                        {"scan_forward_bytes", sc.forward_bytes},
+                        {"scan_forward_fraction_of_floor", fwd_floor / sc.forward_s},
+                        {"mixer_forward_seconds", sc.mixer_forward_s},
+                        {"mixer_backward_seconds", sc.backward_s},
+                        {"mixer_backward_bytes", sc.backward_bytes},
+                        {"mixer_backward_states_bytes", sc.states_bytes},
+                        {"mixer_backward_fraction_of_floor", bwd_floor / sc.backward_s}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  print_lm_bench(tf, t_lines);
+  print_lm_bench(hy, h_lines);
+  std::printf("  one Mamba-2 mixer of the hybrid (per block; copy %.0f GB/s read + write, cold L2):\n", sc.copy_gbps);
+  std::printf("    scan forward     %8.3f ms  %6.1f%% of its memory floor (%.1f MB: x, B, C, dt in, y out)\n",
+              sc.forward_s * 1e3, 100 * fwd_floor / sc.forward_s, sc.forward_bytes * 1e-6);
+  std::printf("    mixer forward    %8.3f ms  (conv, dt, scan, gated norm)\n", sc.mixer_forward_s * 1e3);
+  std::printf("    mixer backward   %8.3f ms  %6.1f%% of its memory floor (%.1f MB), %.1f%% counting the stored "
+              "states (+%.0f MB)\n",
+              sc.backward_s * 1e3, 100 * bwd_floor / sc.backward_s, sc.backward_bytes * 1e-6,
+              100 * bwd_design / sc.backward_s, sc.states_bytes * 1e-6);
   return 0;
 }
 

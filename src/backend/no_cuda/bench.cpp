@@ -25,4 +25,6 @@ LmCudaBench lm_cuda_bench(const LmSpec&, const RecipeGemmOptions&, std::int64_t,
   throw_built_without_cuda("bench lm-cuda");
 }
 
+MambaScanBench mamba_scan_bench(const LmSpec&, int) { throw_built_without_cuda("bench lm-cuda"); }
+
 }  // namespace fp4d::cuda
