@@ -19,8 +19,13 @@
 // attention block): plain and exact rather than fast.
 // Each step after the first runs as one CUDA graph: the kernels read the step's SR seed and
 // AdamW coefficients from device memory, the tokens are copied up before the launch.
-// Other recipes (fp8, mxfp4), Mamba-2 blocks and shapes that do not tile by 16 are not resident:
-// lm_cuda_unsupported says why, and the backend falls back to host quantization + GPU GEMMs.
+// Mamba-2 blocks run their mixer as kernels of the same graph (lm_mamba_kernels.cuh says which
+// of its sums keep the CPU's order); the scan backward checkpoints every 4th position's state
+// (batch x mixer heads x seq_len / 4 x head_dim x state floats, shared by the blocks) and
+// recomputes the others, in the CPU's recurrence.
+// Other recipes (fp8, mxfp4), shapes that do not tile by 16 and mixers too large for the scan
+// kernels' shared memory are not resident: lm_cuda_unsupported says why, and the backend falls
+// back to host quantization + GPU GEMMs.
 #pragma once
 
 #include <cstdint>

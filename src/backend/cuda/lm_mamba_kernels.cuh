@@ -7,12 +7,16 @@
 // forward (one block per sequence and head walks the chunks in order; every sum of the SSD form
 // runs in the CPU's order), the gate and gated RMSNorm, the states of the backward's plain
 // recurrence, the adjoint G_t, dC, dB, dx, the per-position dt gradient but for its decay term,
-// the sums over a group's heads, dA, dt_bias and the convolution's gradients (serial ascending
-// sums over the rows).
-// What differs: the decay term's <G_t, h_(t-1)> (per state column over p, then the columns in
-// ascending order, instead of one sum in (p, n) order: a serial sum of P N terms per position
-// would serialise the backward), dD (per position over p, then the positions, instead of one
-// running sum), and the gated norm's gain gradient (lm_kernels.cuh's chunked gain sum).
+// the sums over a group's heads, dA and the convolution's input gradient.
+// What differs, each a sum over many terms that one thread summing serially would leave the
+// GPU idle for: the decay term's <G_t, h_(t-1)> (per state column over p, then the columns in
+// ascending order, instead of one sum in (p, n) order), dD (per position over p, then the
+// positions, instead of one running sum), dt_bias (per sequence, then the sequences, instead of
+// one sum over the rows), the convolution's weight and bias gradients and the gated norm's gain
+// gradient (rows in chunks of kGainChunk, then the chunks, as lm_kernels.cuh's gain sums).
+//
+// Shared-memory layouts are chosen so that a warp's 32 lanes read 32 consecutive words or one
+// broadcast word in every inner loop (the state as [n][p], B transposed, G's rows padded).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -74,8 +78,8 @@ __global__ void mamba_dt_kernel(MambaDims m, const float* __restrict__ zx, const
   }
 }
 
-// The scan's shared memory, floats: x (L P), B and C (L N each), the chunk's weights (L L), the
-// state (P N), dt, cum and the state-update weights (L each).
+// The scan's shared memory, floats: x (L P), B (transposed, N L) and C (L N), the chunk's
+// weights (L L), the state ([n][p], N P), dt, cum and the state-update weights (L each).
 __host__ __device__ inline std::int64_t mamba_scan_smem_floats(std::int64_t L, std::int64_t P, std::int64_t N) {
   return L * P + 2 * L * N + L * L + P * N + 3 * L;
 }
@@ -88,8 +92,8 @@ __global__ void mamba_scan_forward_kernel(MambaDims m, const float* __restrict__
   extern __shared__ float mamba_smem[];
   const std::int64_t L = m.L, P = m.P, N = m.N;
   float* xs = mamba_smem;
-  float* Bs = xs + L * P;
-  float* Cs = Bs + L * N;
+  float* Bt = xs + L * P;  // Bt[n L + u] = B_un
+  float* Cs = Bt + L * N;
   float* Wt = Cs + L * N;
   float* st = Wt + L * L;
   float* dts = st + P * N;
@@ -104,8 +108,9 @@ __global__ void mamba_scan_forward_kernel(MambaDims m, const float* __restrict__
     for (std::int64_t e = tid; e < L * P; e += nt)
       xs[e] = scan_operand(xbc[(row0 + e / P) * m.CD + h * P + e % P], m.bf16);
     for (std::int64_t e = tid; e < L * N; e += nt) {
-      const float* r = xbc + (row0 + e / N) * m.CD + m.DI + g * N + e % N;
-      Bs[e] = scan_operand(r[0], m.bf16);
+      const std::int64_t u = e / N, n = e % N;
+      const float* r = xbc + (row0 + u) * m.CD + m.DI + g * N + n;
+      Bt[n * L + u] = scan_operand(r[0], m.bf16);
       Cs[e] = scan_operand(r[m.GN], m.bf16);
     }
     for (std::int64_t u = tid; u < L; u += nt) dts[u] = dt[(row0 + u) * m.H + h];
@@ -124,7 +129,7 @@ __global__ void mamba_scan_forward_kernel(MambaDims m, const float* __restrict__
       const std::int64_t t = e / L, u = e % L;
       if (u > t) continue;
       float cb = 0.0f;
-      for (std::int64_t n = 0; n < N; ++n) cb = cb + Cs[t * N + n] * Bs[u * N + n];
+      for (std::int64_t n = 0; n < N; ++n) cb = cb + Cs[t * N + n] * Bt[n * L + u];
       Wt[e] = (cb * mlp_math::exp_of(float(cum[t] - cum[u]))) * dts[u];
     }
     __syncthreads();
@@ -134,15 +139,15 @@ __global__ void mamba_scan_forward_kernel(MambaDims m, const float* __restrict__
       for (std::int64_t u = 0; u <= t; ++u) hx = hx + Wt[t * L + u] * xs[u * P + p];
       const float et = mlp_math::exp_of(cum[t]);
       float hc = 0.0f;
-      for (std::int64_t n = 0; n < N; ++n) hc = hc + st[p * N + n] * Cs[t * N + n];
+      for (std::int64_t n = 0; n < N; ++n) hc = hc + st[n * P + p] * Cs[t * N + n];
       y[(row0 + t) * m.DI + h * P + p] = (hx + et * hc) + D * xs[t * P + p];
     }
     __syncthreads();
     const float el = mlp_math::exp_of(last);
     for (std::int64_t k = tid; k < P * N; k += nt) {
-      const std::int64_t p = k / N, n = k % N;
+      const std::int64_t n = k / P, p = k % P;
       float a = el * st[k];
-      for (std::int64_t u = 0; u < L; ++u) a = a + (wl[u] * xs[u * P + p]) * Bs[u * N + n];
+      for (std::int64_t u = 0; u < L; ++u) a = a + (wl[u] * xs[u * P + p]) * Bt[n * L + u];
       st[k] = a;
     }
     __syncthreads();
@@ -215,15 +220,23 @@ __global__ void mamba_gate_norm_backward_kernel(MambaDims m, const float* __rest
   }
 }
 
-// The backward's states h_t (the plain recurrence, h_t = exp(dt_t A) h_(t-1) + (dt_t x_t) B_t^T
-// elementwise) of every position: hs [sequence, head][t][p N + n]. Grid (ceil(P N / threads),
-// batch H); a thread walks one state element through the sequence.
+// The backward recomputes the states h_t of the plain recurrence (h_t = exp(dt_t A) h_(t-1) +
+// (dt_t x_t) B_t^T, elementwise) segment by segment from checkpoints: storing every position's
+// state would move batch H S P N floats through memory twice (4.3 GB a block at the H200
+// size), the checkpoints of every kMambaSegment-th position move a quarter of that, and a
+// segment's states fit in shared memory.
+constexpr std::int64_t kMambaSegment = 4;
+__host__ __device__ inline std::int64_t mamba_segments(std::int64_t S) { return (S + kMambaSegment - 1) / kMambaSegment; }
+
+// The checkpoints: the state after the last position of each segment, ckpt [sequence, head]
+// [segment][p N + n]. Grid (ceil(P N / threads), batch H); a thread walks one state element
+// through the sequence.
 __global__ void mamba_scan_states_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
-                                         const float* __restrict__ a_log, float* __restrict__ hs) {
+                                         const float* __restrict__ a_log, float* __restrict__ ckpt) {
   const std::int64_t PN = m.P * m.N, task = blockIdx.y, b = task / m.H, h = task % m.H, g = h / (m.H / m.G);
   const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (k >= PN) return;
-  const std::int64_t p = k / m.N, n = k % m.N;
+  const std::int64_t p = k / m.N, n = k % m.N, nseg = mamba_segments(m.S);
   const float A = decay_rate(a_log, h);
   float e = 0.0f;
   for (std::int64_t t = 0; t < m.S; ++t) {
@@ -232,70 +245,120 @@ __global__ void mamba_scan_states_kernel(MambaDims m, const float* __restrict__ 
     const float a = mlp_math::exp_of(float(d * A));
     const float dxp = d * scan_operand(xbc[row * m.CD + h * m.P + p], m.bf16);
     e = a * e + dxp * scan_operand(xbc[row * m.CD + m.DI + g * m.N + n], m.bf16);
-    hs[(task * m.S + t) * PN + k] = e;
+    if (t % kMambaSegment == kMambaSegment - 1 || t == m.S - 1) ckpt[(task * nseg + t / kMambaSegment) * PN + k] = e;
   }
 }
 
-// The adjoint of the recurrence in reverse time, one block per (sequence, head); G in shared
-// memory [p N + n]. Per position t: G_t = dy_t C_t^T + exp(dt_(t+1) A) G_(t+1); thread n (a
-// state column): dC_part = sum_p h_t dy, dB_part = dt sum_p G x, da_part = sum_p G h_(t-1)
-// (ascending p); thread p (a row): GB = sum_n G B (ascending n), dx = D dy + dt GB into the x
-// columns of dxbc. Per-head parts are [sequence, head][t][n].
+// The adjoint's shared memory, floats: G (P rows of N + 1), a segment's states h_(t0-1) ..
+// h_(t0+Lc-1) ((Lc + 1) P N), its x and dy (Lc P each), B and C (Lc N each), dt and decays.
+__host__ __device__ inline std::int64_t mamba_adjoint_smem_floats(std::int64_t P, std::int64_t N) {
+  const std::int64_t Lc = kMambaSegment;
+  return P * (N + 1) + (Lc + 1) * P * N + Lc * (2 * P + 2 * N + 2);
+}
+
+// The adjoint of the recurrence in reverse time, one block per (sequence, head), segments last
+// to first: stage the segment's operands and its checkpoint, recompute its states (the same
+// expressions as the checkpoints' kernel, so the same bits), then per position t descending:
+//   G_t = dy_t C_t^T + exp(dt_(t+1) A) G_(t+1)  (elementwise, every thread);
+//   3 N + P serial sums of the block's threads, ascending as the CPU's: dC_part_n = sum_p h_t dy,
+//   dB_part_n = dt sum_p G x, da_part_n = sum_p G h_(t-1), and per row GB_p = sum_n G B with
+//   dx_p = D dy + dt GB into the x columns of dxbc.
+// Per-head parts are [sequence, head][t][n]. G's rows are padded to N + 1 so that a warp reads
+// consecutive banks both along a row and down a column.
 __global__ void mamba_scan_adjoint_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
                                           const float* __restrict__ a_log, const float* __restrict__ d_skip,
-                                          const float* __restrict__ dy, const float* __restrict__ hs,
+                                          const float* __restrict__ dy, const float* __restrict__ ckpt,
                                           float* __restrict__ dxbc, float* __restrict__ dB_part,
                                           float* __restrict__ dC_part, float* __restrict__ da_part,
                                           float* __restrict__ GB) {
   extern __shared__ float mamba_smem[];
-  const std::int64_t P = m.P, N = m.N, PN = P * N;
+  const std::int64_t P = m.P, N = m.N, PN = P * N, GR = N + 1, Lc = kMambaSegment, nseg = mamba_segments(m.S);
   float* Gs = mamba_smem;
-  float* dys = Gs + PN;
-  float* xs = dys + P;
-  float* Bs = xs + P;
-  float* Cs = Bs + N;
+  float* hseg = Gs + P * GR;
+  float* xseg = hseg + (Lc + 1) * PN;
+  float* dyseg = xseg + Lc * P;
+  float* Bseg = dyseg + Lc * P;
+  float* Cseg = Bseg + Lc * N;
+  float* dtseg = Cseg + Lc * N;
+  float* aseg = dtseg + Lc;
   const std::int64_t task = blockIdx.x, b = task / m.H, h = task % m.H, g = h / (m.H / m.G);
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const float A = decay_rate(a_log, h), D = d_skip[h];
-  for (std::int64_t k = tid; k < PN; k += nt) Gs[k] = 0.0f;
+  const float* ck = ckpt + task * nseg * PN;
+  for (std::int64_t k = tid; k < P * GR; k += nt) Gs[k] = 0.0f;
   float a_next = 0.0f;  // exp(dt_(t+1) A); the carry into the last position is 0
-  for (std::int64_t t = m.S; t-- > 0;) {
-    const std::int64_t row = b * m.S + t;
-    const float d = dt[row * m.H + h];
-    for (std::int64_t p = tid; p < P; p += nt) {
-      dys[p] = dy[row * m.DI + h * P + p];
-      xs[p] = scan_operand(xbc[row * m.CD + h * P + p], m.bf16);
+  for (std::int64_t seg = nseg; seg-- > 0;) {
+    const std::int64_t t0 = seg * Lc, len = m.S - t0 < Lc ? m.S - t0 : Lc, row0 = b * m.S + t0;
+    for (std::int64_t k = tid; k < PN; k += nt) hseg[k] = seg > 0 ? ck[(seg - 1) * PN + k] : 0.0f;
+    for (std::int64_t e = tid; e < len * P; e += nt) {
+      const std::int64_t row = row0 + e / P, p = e % P;
+      xseg[e] = scan_operand(xbc[row * m.CD + h * P + p], m.bf16);
+      dyseg[e] = dy[row * m.DI + h * P + p];
     }
-    for (std::int64_t n = tid; n < N; n += nt) {
-      Bs[n] = scan_operand(xbc[row * m.CD + m.DI + g * N + n], m.bf16);
-      Cs[n] = scan_operand(xbc[row * m.CD + m.DI + m.GN + g * N + n], m.bf16);
+    for (std::int64_t e = tid; e < len * N; e += nt) {
+      const float* r = xbc + (row0 + e / N) * m.CD + m.DI + g * N + e % N;
+      Bseg[e] = scan_operand(r[0], m.bf16);
+      Cseg[e] = scan_operand(r[m.GN], m.bf16);
+    }
+    for (std::int64_t u = tid; u < len; u += nt) {
+      const float d = dt[(row0 + u) * m.H + h];
+      dtseg[u] = d;
+      aseg[u] = mlp_math::exp_of(float(d * A));
     }
     __syncthreads();
-    const float* ht = hs + (task * m.S + t) * PN;
-    for (std::int64_t n = tid; n < N; n += nt) {
-      float c = 0.0f, bsum = 0.0f, dap = 0.0f;
-      for (std::int64_t p = 0; p < P; ++p) {
-        const std::int64_t k = p * N + n;
-        const float Gv = dys[p] * Cs[n] + a_next * Gs[k];
-        Gs[k] = Gv;
-        c = c + ht[k] * dys[p];
-        bsum = bsum + Gv * xs[p];
-        if (t > 0) dap = dap + Gv * ht[k - PN];
+    for (std::int64_t k = tid; k < PN; k += nt) {
+      const std::int64_t p = k / N, n = k % N;
+      float e = hseg[k];
+      for (std::int64_t u = 0; u < len; ++u) {
+        const float dxp = dtseg[u] * xseg[u * P + p];
+        e = aseg[u] * e + dxp * Bseg[u * N + n];
+        hseg[(u + 1) * PN + k] = e;
       }
-      const std::int64_t q = (task * m.S + t) * N + n;
-      dC_part[q] = c;
-      dB_part[q] = d * bsum;
-      da_part[q] = dap;
     }
     __syncthreads();
-    for (std::int64_t p = tid; p < P; p += nt) {
-      float gb = 0.0f;
-      for (std::int64_t n = 0; n < N; ++n) gb = gb + Gs[p * N + n] * Bs[n];
-      GB[row * m.DI + h * P + p] = gb;
-      dxbc[row * m.CD + h * P + p] = D * dys[p] + d * gb;
+    for (std::int64_t u = len; u-- > 0;) {
+      const std::int64_t t = t0 + u, row = row0 + u;
+      const float d = dtseg[u];
+      const float* dys = dyseg + u * P;
+      const float* xs = xseg + u * P;
+      const float* Bs = Bseg + u * N;
+      const float* Cs = Cseg + u * N;
+      const float* ht = hseg + (u + 1) * PN;
+      const float* hp = hseg + u * PN;
+      for (std::int64_t k = tid; k < PN; k += nt) {
+        const std::int64_t p = k / N, n = k % N;
+        float& gv = Gs[p * GR + n];
+        gv = dys[p] * Cs[n] + a_next * gv;
+      }
+      __syncthreads();
+      const std::int64_t q0 = (task * m.S + t) * N;
+      for (std::int64_t j = tid; j < 3 * N + P; j += nt) {
+        if (j < N) {
+          float c = 0.0f;
+          for (std::int64_t p = 0; p < P; ++p) c = c + ht[p * N + j] * dys[p];
+          dC_part[q0 + j] = c;
+        } else if (j < 2 * N) {
+          const std::int64_t n = j - N;
+          float bsum = 0.0f;
+          for (std::int64_t p = 0; p < P; ++p) bsum = bsum + Gs[p * GR + n] * xs[p];
+          dB_part[q0 + n] = d * bsum;
+        } else if (j < 3 * N) {
+          const std::int64_t n = j - 2 * N;
+          float dap = 0.0f;
+          if (t > 0)
+            for (std::int64_t p = 0; p < P; ++p) dap = dap + Gs[p * GR + n] * hp[p * N + n];
+          da_part[q0 + n] = dap;
+        } else {
+          const std::int64_t p = j - 3 * N;
+          float gb = 0.0f;
+          for (std::int64_t n = 0; n < N; ++n) gb = gb + Gs[p * GR + n] * Bs[n];
+          GB[row * m.DI + h * P + p] = gb;
+          dxbc[row * m.CD + h * P + p] = D * dys[p] + d * gb;
+        }
+      }
+      a_next = aseg[u];
+      __syncthreads();
     }
-    a_next = mlp_math::exp_of(float(d * A));
-    __syncthreads();
   }
 }
 
@@ -350,25 +413,34 @@ __global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ 
   }
 }
 
-// The per-head parameters' gradients, one thread per head: dt_bias = sum of draw over the rows
-// (ascending); dA and dD per sequence over its positions in descending order (the adjoint's
-// order), the sequences ascending; a_log's = dA A.
-__global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a_log, const float* __restrict__ draw,
-                                        const float* __restrict__ dA_term, const float* __restrict__ dD_term,
+// The per-head parameters' gradients in two passes. Per (sequence, head), one thread:
+// dt_bias's part over the positions ascending, dA's and dD's descending (the adjoint's order);
+// parts [sequence][3][head].
+__global__ void mamba_head_parts_kernel(MambaDims m, const float* __restrict__ draw, const float* __restrict__ dA_term,
+                                        const float* __restrict__ dD_term, float* __restrict__ part) {
+  FP4D_MAMBA_STRIDE(e, (m.R / m.S) * m.H) {
+    const std::int64_t b = e / m.H, h = e % m.H;
+    float db = 0.0f, pa = 0.0f, pd = 0.0f;
+    for (std::int64_t t = 0; t < m.S; ++t) db = db + draw[(b * m.S + t) * m.H + h];
+    for (std::int64_t t = m.S; t-- > 0;) {
+      pa = pa + dA_term[(b * m.S + t) * m.H + h];
+      pd = pd + dD_term[(b * m.S + t) * m.H + h];
+    }
+    part[(b * 3 + 0) * m.H + h] = db;
+    part[(b * 3 + 1) * m.H + h] = pa;
+    part[(b * 3 + 2) * m.H + h] = pd;
+  }
+}
+// Per head: the sequences' parts ascending; a_log's gradient = dA A.
+__global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a_log, const float* __restrict__ part,
                                         float* __restrict__ g_dt_bias, float* __restrict__ g_a_log,
                                         float* __restrict__ g_d_skip) {
   FP4D_MAMBA_STRIDE(h, m.H) {
-    float db = 0.0f;
-    for (std::int64_t i = 0; i < m.R; ++i) db = db + draw[i * m.H + h];
-    float dA = 0.0f, dD = 0.0f;
+    float db = 0.0f, dA = 0.0f, dD = 0.0f;
     for (std::int64_t b = 0; b < m.R / m.S; ++b) {
-      float pa = 0.0f, pd = 0.0f;
-      for (std::int64_t t = m.S; t-- > 0;) {
-        pa = pa + dA_term[(b * m.S + t) * m.H + h];
-        pd = pd + dD_term[(b * m.S + t) * m.H + h];
-      }
-      dA = dA + pa;
-      dD = dD + pd;
+      db = db + part[(b * 3 + 0) * m.H + h];
+      dA = dA + part[(b * 3 + 1) * m.H + h];
+      dD = dD + part[(b * 3 + 2) * m.H + h];
     }
     g_dt_bias[h] = db;
     g_a_log[h] = dA * decay_rate(a_log, h);
@@ -397,24 +469,37 @@ __global__ void mamba_conv_backward_kernel(MambaDims m, const float* __restrict_
   }
 }
 
-// The convolution's weights and bias: per (channel, tap) a serial sum over the rows in
-// ascending order (tap K: the bias).
-__global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ zx,
-                                              float* __restrict__ g_w, float* __restrict__ g_b) {
-  FP4D_MAMBA_STRIDE(e, m.CD * (m.K + 1)) {
+// The convolution's weights and bias (tap K: the bias), per (chunk of kGainChunk rows, tap,
+// channel) a sum over the chunk's rows ascending: part [chunk][tap][channel].
+__global__ void mamba_conv_param_parts_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ zx,
+                                              float* __restrict__ part) {
+  const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk;
+  FP4D_MAMBA_STRIDE(e, chunks * (m.K + 1) * m.CD) {
+    const std::int64_t ch = e % m.CD, k = (e / m.CD) % (m.K + 1), c = e / (m.CD * (m.K + 1));
+    const std::int64_t end = (c + 1) * kGainChunk < m.R ? (c + 1) * kGainChunk : m.R;
+    float acc = 0.0f;
+    for (std::int64_t i = c * kGainChunk; i < end; ++i) {
+      if (k == m.K) {
+        acc = acc + dpre[i * m.CD + ch];
+        continue;
+      }
+      const std::int64_t t = i % m.S, pos = t - m.K + 1 + k;
+      if (pos < 0) continue;
+      acc = acc + dpre[i * m.CD + ch] * zx[(i - t + pos) * m.W + m.DI + ch];
+    }
+    part[e] = acc;
+  }
+}
+// The chunks' parts in ascending order.
+__global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restrict__ part, float* __restrict__ g_w,
+                                              float* __restrict__ g_b) {
+  const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk, per = (m.K + 1) * m.CD;
+  FP4D_MAMBA_STRIDE(e, per) {
     const std::int64_t ch = e % m.CD, k = e / m.CD;
     float acc = 0.0f;
-    if (k == m.K) {
-      for (std::int64_t i = 0; i < m.R; ++i) acc = acc + dpre[i * m.CD + ch];
-      g_b[ch] = acc;
-    } else {
-      for (std::int64_t i = 0; i < m.R; ++i) {
-        const std::int64_t t = i % m.S, pos = t - m.K + 1 + k;
-        if (pos < 0) continue;
-        acc = acc + dpre[i * m.CD + ch] * zx[(i - t + pos) * m.W + m.DI + ch];
-      }
-      g_w[ch * m.K + k] = acc;
-    }
+    for (std::int64_t c = 0; c < chunks; ++c) acc = acc + part[c * per + e];
+    if (k == m.K) g_b[ch] = acc;
+    else g_w[ch * m.K + k] = acc;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/launch_util.cuh"
@@ -38,13 +39,16 @@ inline MambaDims mamba_dims(const LmSpec& s, bool bf16) {
 }
 
 constexpr std::int64_t kSmemLimit = 227 * 1024;
+// One thread per serial sum of a position (3 N + P), at least 256 for the elementwise parts.
 inline std::int64_t adjoint_threads(const MambaDims& m) {
-  return std::min<std::int64_t>(1024, (std::max(m.P, m.N) + 31) / 32 * 32);
+  return std::min<std::int64_t>(1024, std::max<std::int64_t>(256, (3 * m.N + m.P + 31) / 32 * 32));
 }
-inline std::int64_t adjoint_smem_bytes(const MambaDims& m) { return (m.P * m.N + 2 * m.P + 2 * m.N) * 4; }
+inline std::int64_t adjoint_smem_bytes(const MambaDims& m) { return mamba_adjoint_smem_floats(m.P, m.N) * 4; }
 inline std::int64_t scan_smem_bytes(const MambaDims& m) { return mamba_scan_smem_floats(m.L, m.P, m.N) * 4; }
 inline std::int64_t gate_norm_smem_bytes(const MambaDims& m) { return kRowWarps * (m.DI / m.G) * 4; }
-inline std::int64_t states_elements(const MambaDims& m, std::int64_t batch) { return batch * m.H * m.S * m.P * m.N; }
+inline std::int64_t states_elements(const MambaDims& m, std::int64_t batch) {
+  return batch * m.H * mamba_segments(m.S) * m.P * m.N;
+}
 
 // Why the mixers of spec cannot run resident ("" if they can): the kernels' shared memory and
 // grids.
@@ -55,11 +59,12 @@ inline std::string mamba_cuda_unsupported(const LmSpec& spec) {
     return "mamba chunk, head_dim and state need chunk (head_dim + 2 state + chunk + 3) + head_dim state <= " +
            std::to_string(kSmemLimit / 4) + " floats (the scan's shared memory)";
   if (adjoint_smem_bytes(m) > kSmemLimit)
-    return "mamba head_dim * state must be at most about " + std::to_string(kSmemLimit / 4) + " (the scan backward's shared memory)";
+    return "mamba head_dim * state must be at most about " + std::to_string(kSmemLimit / 4 / (kMambaSegment + 2)) +
+           " (the scan backward's shared memory)";
   if (gate_norm_smem_bytes(m) > kSmemLimit) return "mamba d_inner / groups is too large for the gated norm's shared memory";
   if (spec.batch * m.H > 65535) return "batch * mamba heads exceeds the scan backward's grid (65535)";
   if (states_elements(m, spec.batch) > (std::int64_t{1} << 34))
-    return "the scan backward's states (batch heads seq_len head_dim state floats) exceed 64 GiB";
+    return "the scan backward's checkpoints (batch heads seq_len / 4 head_dim state floats) exceed 64 GiB";
   return "";
 }
 
@@ -82,7 +87,7 @@ class MambaMixerCuda {
     const std::int64_t parts = batch_ * m_.H * m_.S * m_.N, R = m_.R;
     dy_ = mamba_buf(R * m_.DI, "cudaMalloc (mamba dy)");
     dxbc_ = mamba_buf(R * m_.CD, "cudaMalloc (mamba dxbc)");
-    hs_ = mamba_buf(states_elements(m_, batch_), "cudaMalloc (mamba backward states)");
+    hs_ = mamba_buf(states_elements(m_, batch_), "cudaMalloc (mamba backward checkpoints)");
     dB_part_ = mamba_buf(parts, "cudaMalloc (mamba dB parts)");
     dC_part_ = mamba_buf(parts, "cudaMalloc (mamba dC parts)");
     da_part_ = mamba_buf(parts, "cudaMalloc (mamba decay parts)");
@@ -90,7 +95,9 @@ class MambaMixerCuda {
     dA_term_ = mamba_buf(R * m_.H, "cudaMalloc (mamba dA terms)");
     dD_term_ = mamba_buf(R * m_.H, "cudaMalloc (mamba dD terms)");
     draw_ = mamba_buf(R * m_.H, "cudaMalloc (mamba ddt)");
-    gain_partial_ = mamba_buf((R + kGainChunk - 1) / kGainChunk * m_.DI, "cudaMalloc (mamba gain partials)");
+    const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
+    gain_partial_ = mamba_buf(chunks * std::max(m_.DI, (m_.K + 1) * m_.CD), "cudaMalloc (mamba row-chunk partials)");
+    head_part_ = mamba_buf(batch_ * 3 * m_.H, "cudaMalloc (mamba head parts)");
     smem_attribute(reinterpret_cast<const void*>(&mamba_scan_forward_kernel), scan_smem_bytes(m_));
     smem_attribute(reinterpret_cast<const void*>(&mamba_scan_adjoint_kernel), adjoint_smem_bytes(m_));
     smem_attribute(reinterpret_cast<const void*>(&mamba_gate_norm_forward_kernel), gate_norm_smem_bytes(m_));
@@ -98,6 +105,14 @@ class MambaMixerCuda {
   }
 
   const MambaDims& dims() const { return m_; }
+
+  // Benchmarks: with marks set, each launch is followed by an event on the stream named by its
+  // kernel (the caller destroys them); the step never sets them (a graph captures no events).
+  struct Mark {
+    std::string what;
+    cudaEvent_t event;
+  };
+  void set_marks(std::vector<Mark>* marks) { marks_ = marks; }
 
   void allocate(MambaCacheCuda& c) const {
     const std::int64_t R = m_.R;
@@ -115,15 +130,15 @@ class MambaMixerCuda {
   void forward(cudaStream_t s, const MambaParamsCuda& p, MambaCacheCuda& c) const {
     mamba_conv_forward_kernel<<<blocks_for(m_.R * m_.CD), kThreads, 0, s>>>(m_, c.zx->p, p.conv_w, p.conv_b, c.pre->p,
                                                                           c.xbc->p);
-    launched("mamba_conv_forward_kernel");
+    launched("mamba_conv_forward_kernel", s);
     mamba_dt_kernel<<<blocks_for(m_.R * m_.H), kThreads, 0, s>>>(m_, c.zx->p, p.dt_bias, c.dt->p);
-    launched("mamba_dt_kernel");
+    launched("mamba_dt_kernel", s);
     mamba_scan_forward_kernel<<<grid(batch_ * m_.H), 256, bytes(scan_smem_bytes(m_)), s>>>(m_, c.xbc->p, c.dt->p, p.a_log,
                                                                                           p.d_skip, c.y->p);
-    launched("mamba_scan_forward_kernel");
+    launched("mamba_scan_forward_kernel", s);
     mamba_gate_norm_forward_kernel<<<row_blocks(), kRowWarps * 32, bytes(gate_norm_smem_bytes(m_)), s>>>(
         m_, c.zx->p, c.y->p, p.norm, c.n->p, c.rinv->p, c.out->p);
-    launched("mamba_gate_norm_forward_kernel");
+    launched("mamba_gate_norm_forward_kernel", s);
   }
 
   // From dout (the out-projection's input gradient): dzx (the in-projection's output gradient,
@@ -133,40 +148,53 @@ class MambaMixerCuda {
     const std::int64_t R = m_.R;
     mamba_gate_norm_backward_kernel<<<row_blocks(), kRowWarps * 32, bytes(gate_norm_smem_bytes(m_)), s>>>(
         m_, c.zx->p, c.y->p, c.n->p, c.rinv->p, p.norm, dout, dy_->p, dzx);
-    launched("mamba_gate_norm_backward_kernel");
+    launched("mamba_gate_norm_backward_kernel", s);
     const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
     gain_partial_kernel<<<blocks_for(chunks * m_.DI), kThreads, 0, s>>>(dout, c.n->p, gain_partial_->p, R, m_.DI);
-    launched("gain_partial_kernel (mamba norm)");
+    launched("gain_partial_kernel (mamba norm)", s);
     gain_sum_kernel<<<blocks_for(m_.DI), kThreads, 0, s>>>(gain_partial_->p, g.norm, chunks, m_.DI);
-    launched("gain_sum_kernel (mamba norm)");
+    launched("gain_sum_kernel (mamba norm)", s);
     const dim3 states_grid(static_cast<unsigned>((m_.P * m_.N + 255) / 256), static_cast<unsigned>(batch_ * m_.H));
     mamba_scan_states_kernel<<<states_grid, 256, 0, s>>>(m_, c.xbc->p, c.dt->p, p.a_log, hs_->p);
-    launched("mamba_scan_states_kernel");
+    launched("mamba_scan_states_kernel", s);
     mamba_scan_adjoint_kernel<<<grid(batch_ * m_.H), static_cast<unsigned>(adjoint_threads(m_)),
                                 bytes(adjoint_smem_bytes(m_)), s>>>(m_, c.xbc->p, c.dt->p, p.a_log, p.d_skip, dy_->p,
                                                                     hs_->p, dxbc_->p, dB_part_->p, dC_part_->p,
                                                                     da_part_->p, GB_->p);
-    launched("mamba_scan_adjoint_kernel");
+    launched("mamba_scan_adjoint_kernel", s);
     mamba_group_sum_kernel<<<blocks_for(R * m_.GN), kThreads, 0, s>>>(m_, dB_part_->p, dC_part_->p, dxbc_->p);
-    launched("mamba_group_sum_kernel");
+    launched("mamba_group_sum_kernel", s);
     mamba_dt_backward_kernel<<<blocks_for(R * m_.H), kThreads, 0, s>>>(m_, c.xbc->p, c.zx->p, c.dt->p, p.a_log,
                                                                       p.dt_bias, dy_->p, GB_->p, da_part_->p, dzx,
                                                                       dA_term_->p, dD_term_->p, draw_->p);
-    launched("mamba_dt_backward_kernel");
-    mamba_head_grads_kernel<<<blocks_for(m_.H), kThreads, 0, s>>>(m_, p.a_log, draw_->p, dA_term_->p, dD_term_->p,
-                                                                 g.dt_bias, g.a_log, g.d_skip);
-    launched("mamba_head_grads_kernel");
+    launched("mamba_dt_backward_kernel", s);
+    mamba_head_parts_kernel<<<blocks_for(batch_ * m_.H), kThreads, 0, s>>>(m_, draw_->p, dA_term_->p, dD_term_->p,
+                                                                          head_part_->p);
+    launched("mamba_head_parts_kernel", s);
+    mamba_head_grads_kernel<<<blocks_for(m_.H), kThreads, 0, s>>>(m_, p.a_log, head_part_->p, g.dt_bias, g.a_log,
+                                                                 g.d_skip);
+    launched("mamba_head_grads_kernel", s);
     mamba_silu_backward_kernel<<<blocks_for(R * m_.CD, 4), kThreads, 0, s>>>(m_, c.pre->p, dxbc_->p);
-    launched("mamba_silu_backward_kernel");
+    launched("mamba_silu_backward_kernel", s);
     mamba_conv_backward_kernel<<<blocks_for(R * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, p.conv_w, dzx);
-    launched("mamba_conv_backward_kernel");
-    mamba_conv_param_grads_kernel<<<blocks_for(m_.CD * (m_.K + 1)), kThreads, 0, s>>>(m_, dxbc_->p, c.zx->p, g.conv_w,
+    launched("mamba_conv_backward_kernel", s);
+    mamba_conv_param_parts_kernel<<<blocks_for(chunks * (m_.K + 1) * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, c.zx->p,
+                                                                                             gain_partial_->p);
+    launched("mamba_conv_param_parts_kernel", s);
+    mamba_conv_param_grads_kernel<<<blocks_for((m_.K + 1) * m_.CD), kThreads, 0, s>>>(m_, gain_partial_->p, g.conv_w,
                                                                                     g.conv_b);
-    launched("mamba_conv_param_grads_kernel");
+    launched("mamba_conv_param_grads_kernel", s);
   }
 
  private:
-  static void launched(const char* what) { check(cudaGetLastError(), (std::string(what) + " launch").c_str()); }
+  void launched(const char* what, cudaStream_t s) const {
+    check(cudaGetLastError(), (std::string(what) + " launch").c_str());
+    if (!marks_) return;
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate (mamba mark)");
+    marks_->push_back({what, e});
+    check(cudaEventRecord(e, s), "cudaEventRecord (mamba mark)");
+  }
   static void smem_attribute(const void* kernel, std::int64_t b) {
     if (b > 48 * 1024)
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(b)),
@@ -180,7 +208,8 @@ class MambaMixerCuda {
 
   MambaDims m_;
   std::int64_t batch_;
-  MambaBuf dy_, dxbc_, hs_, dB_part_, dC_part_, da_part_, GB_, dA_term_, dD_term_, draw_, gain_partial_;
+  std::vector<Mark>* marks_ = nullptr;
+  MambaBuf dy_, dxbc_, hs_, dB_part_, dC_part_, da_part_, GB_, dA_term_, dD_term_, draw_, gain_partial_, head_part_;
 };
 
 }  // namespace
