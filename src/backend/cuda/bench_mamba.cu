@@ -18,7 +18,7 @@ namespace fp4d::cuda {
 
 MambaScanBench mamba_scan_bench(const LmSpec& spec, int repeat) {
   require_bench_device();
-  const MambaMixerCuda mixer(spec, true);
+  MambaMixerCuda mixer(spec, true);
   const MambaDims& m = mixer.dims();
   MambaCacheCuda c;
   mixer.allocate(c);
@@ -33,6 +33,7 @@ MambaScanBench mamba_scan_bench(const LmSpec& spec, int repeat) {
   };
   fill(c.zx, 1.0f, 0.0f);
   fill(c.xbc, 1.0f, 0.0f);
+  fill(c.pre, 1.0f, 0.0f);
   fill(c.y, 1.0f, 0.0f);
   fill(c.n, 1.0f, 0.0f);
   fill(c.rinv, 0.1f, 1.0f);
@@ -75,12 +76,31 @@ MambaScanBench mamba_scan_bench(const LmSpec& spec, int repeat) {
   r.backward_s = timer.best_seconds(repeat, "mamba mixer backward (bench)", [&] {
     mixer.backward(nullptr, p, c, dout.p, dzx.p, gr);
   });
+  {
+    std::vector<MambaMixerCuda::Mark> marks;
+    cudaEvent_t start = nullptr;
+    check(cudaEventCreate(&start), "cudaEventCreate (bench)");
+    check(cudaEventRecord(start, nullptr), "cudaEventRecord (bench)");
+    mixer.set_marks(&marks);
+    mixer.backward(nullptr, p, c, dout.p, dzx.p, gr);
+    mixer.set_marks(nullptr);
+    check(cudaDeviceSynchronize(), "mamba mixer backward (bench, kernel by kernel)");
+    cudaEvent_t prev = start;
+    for (const auto& mk : marks) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, prev, mk.event), "cudaEventElapsedTime (bench)");
+      r.backward_kernels.emplace_back(mk.what, 1e-3 * ms);
+      prev = mk.event;
+    }
+    for (const auto& mk : marks) cudaEventDestroy(mk.event);
+    cudaEventDestroy(start);
+  }
   // Least traffic: the forward scan reads x, B, C and dt once and writes y; the mixer's
   // backward reads what the forward left (zx, pre, xbc, dt, y, n) and dout and writes dzx.
   const double f = sizeof(float), R = static_cast<double>(m.R);
   r.forward_bytes = f * R * (static_cast<double>(m.CD + m.H + m.DI));
   r.backward_bytes = f * R * static_cast<double>(2 * m.W + 2 * m.CD + m.H + 3 * m.DI);
-  r.states_bytes = 2 * f * static_cast<double>(states_elements(m, batch));
+  r.states_bytes = 2 * f * static_cast<double>(states_elements(m, batch));  // checkpoints: written, read
   DeviceBuffer<char> src(static_cast<std::size_t>(r.backward_bytes / 2), "cudaMalloc (bench copy)"),
       dst(src.n, "cudaMalloc (bench copy)");
   const double copy_s = timer.best_seconds(repeat, "copy (bench)", [&] {
