@@ -393,7 +393,7 @@ __global__ void swiglu_forward_kernel(const float* __restrict__ gu, float* __res
   FP4D_GRID_STRIDE(e, M * F) {
     const std::int64_t i = e / F, j = e % F;
     const float g = gu[i * 2 * F + j], u = gu[i * 2 * F + F + j];
-    f[e] = (g * mlp_math::sigmoid(g)) * u;
+    f[e] = mlp_math::silu(g) * u;
   }
 }
 // dG = (dF U) silu'(G), silu' = s (1 + G (1 - s)); dU = dF (G s).
@@ -404,7 +404,7 @@ __global__ void swiglu_backward_kernel(const float* __restrict__ gu, const float
     const std::int64_t gi = i * 2 * F + j, ui = gi + F;
     const float gg = gu[gi], u = gu[ui], dd = df[e];
     const float sg = mlp_math::sigmoid(gg);
-    dgu[gi] = (dd * u) * (sg * (1.0f + gg * (1.0f - sg)));
+    dgu[gi] = (dd * u) * mlp_math::silu_derivative(gg, sg);
     dgu[ui] = dd * (gg * sg);
   }
 }
