@@ -7,6 +7,14 @@
 #include <algorithm>
 #include <cstdint>
 
+// Grid-stride loops over n elements (a thread each) and over rows (a warp each).
+#define FP4D_GRID_STRIDE(i, n)                                                                  \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+#define FP4D_WARP_STRIDE(warp, rows)                                                                  \
+  for (std::int64_t warp = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; warp < (rows); \
+       warp += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32)
+
 namespace fp4d::cuda {
 
 namespace {

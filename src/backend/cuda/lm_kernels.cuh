@@ -30,10 +30,6 @@ namespace fp4d::cuda {
 
 namespace {
 
-#define FP4D_GRID_STRIDE(i, n)                                                                  \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-
 // What changes from step to step (copied up before each step, read by the kernels).
 using LmAdam = mlp_math::AdamCoefficients<float>;
 struct LmStepParams {
@@ -77,10 +73,6 @@ __global__ void embed_backward_kernel(const float* __restrict__ dh, const std::i
 // shared memory, then summed by lane 0 in ascending order and broadcast. The serial part reads
 // shared memory rather than global memory, and the warps of an SM overlap their serial sums.
 constexpr int kRowWarps = 4;  // warps (rows in flight) per block; dynamic smem kRowWarps * n floats
-
-#define FP4D_WARP_STRIDE(warp, rows)                                                                  \
-  for (std::int64_t warp = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; warp < (rows); \
-       warp += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32)
 
 __device__ __forceinline__ float lane0_serial_sum(const float* e, std::int64_t n) {
   float sum = 0.0f;
@@ -485,9 +477,6 @@ __global__ void lm_adamw_kernel(float* __restrict__ w, float* __restrict__ m1, f
   }
   if (count) atomicAdd(lost, count);
 }
-
-#undef FP4D_GRID_STRIDE
-#undef FP4D_WARP_STRIDE
 
 }  // namespace
 

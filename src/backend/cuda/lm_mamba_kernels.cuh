@@ -24,7 +24,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backend/cuda/lm_kernels.cuh"  // lane0_serial_sum, kRowWarps
+#include "backend/cuda/launch_util.cuh"  // FP4D_GRID_STRIDE, FP4D_WARP_STRIDE
+#include "backend/cuda/lm_kernels.cuh"   // lane0_serial_sum, kRowWarps
 #include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
 #include "sim/lm_mamba.hpp"  // kMambaSoftplusLinear
@@ -32,10 +33,6 @@
 namespace fp4d::cuda {
 
 namespace {
-
-#define FP4D_MAMBA_STRIDE(i, n)                                                                  \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 // The mixer's sizes (sim/lm_mamba.hpp's MambaShape, flattened): rows R = batch S; the
 // in-projection's row [z | x | B | C | dt_raw] has width W; conv channels CD = DI + 2 GN.
@@ -55,7 +52,7 @@ __device__ __forceinline__ float silu_prime(float v) { return mlp_math::silu_der
 __global__ void mamba_conv_forward_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ pre,
                                           float* __restrict__ xbc) {
-  FP4D_MAMBA_STRIDE(e, m.R * m.CD) {
+  FP4D_GRID_STRIDE(e, m.R * m.CD) {
     const std::int64_t i = e / m.CD, ch = e % m.CD, t = i % m.S;
     float acc = bias[ch];
     for (std::int64_t k = 0; k < m.K; ++k) {
@@ -71,7 +68,7 @@ __global__ void mamba_conv_forward_kernel(MambaDims m, const float* __restrict__
 // dt = softplus(dt_raw + dt_bias).
 __global__ void mamba_dt_kernel(MambaDims m, const float* __restrict__ zx, const float* __restrict__ dt_bias,
                                 float* __restrict__ dt) {
-  FP4D_MAMBA_STRIDE(e, m.R * m.H) {
+  FP4D_GRID_STRIDE(e, m.R * m.H) {
     const std::int64_t i = e / m.H, h = e % m.H;
     const float v = zx[i * m.W + m.DI + m.CD + h] + dt_bias[h];
     dt[e] = v > static_cast<float>(kMambaSoftplusLinear) ? v : log1pf(mlp_math::exp_of(v));
@@ -164,8 +161,7 @@ __global__ void mamba_gate_norm_forward_kernel(MambaDims m, const float* __restr
   float* e = mamba_row_terms + (threadIdx.x / 32) * gw;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const float len = static_cast<float>(gw);
-  for (std::int64_t w = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; w < m.R * m.G;
-       w += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32) {
+  FP4D_WARP_STRIDE(w, m.R * m.G) {
     const std::int64_t i = w / m.G, c0 = (w % m.G) * gw;
     for (std::int64_t j = lane; j < gw; j += 32) {
       const float gv = y[i * m.DI + c0 + j] * mlp_math::silu(zx[i * m.W + c0 + j]);
@@ -199,8 +195,7 @@ __global__ void mamba_gate_norm_backward_kernel(MambaDims m, const float* __rest
   float* e = mamba_row_terms + (threadIdx.x / 32) * gw;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const float len = static_cast<float>(gw);
-  for (std::int64_t w = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; w < m.R * m.G;
-       w += static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32) {
+  FP4D_WARP_STRIDE(w, m.R * m.G) {
     const std::int64_t i = w / m.G, c0 = (w % m.G) * gw;
     for (std::int64_t j = lane; j < gw; j += 32) {
       const std::int64_t k = i * m.DI + c0 + j;
@@ -367,7 +362,7 @@ __global__ void mamba_scan_adjoint_kernel(MambaDims m, const float* __restrict__
 __global__ void mamba_group_sum_kernel(MambaDims m, const float* __restrict__ dB_part,
                                        const float* __restrict__ dC_part, float* __restrict__ dxbc) {
   const std::int64_t per_group = m.H / m.G;
-  FP4D_MAMBA_STRIDE(e, m.R * m.GN) {
+  FP4D_GRID_STRIDE(e, m.R * m.GN) {
     const std::int64_t i = e / m.GN, gn = e % m.GN, g = gn / m.N, n = gn % m.N, b = i / m.S, t = i % m.S;
     float sb = 0.0f, sc = 0.0f;
     for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
@@ -390,7 +385,7 @@ __global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ 
                                          const float* __restrict__ GB, const float* __restrict__ da_part,
                                          float* __restrict__ dzx, float* __restrict__ dA_term,
                                          float* __restrict__ dD_term, float* __restrict__ draw) {
-  FP4D_MAMBA_STRIDE(e, m.R * m.H) {
+  FP4D_GRID_STRIDE(e, m.R * m.H) {
     const std::int64_t i = e / m.H, h = e % m.H, b = i / m.S, t = i % m.S;
     const float A = decay_rate(a_log, h), d = dt[e];
     float ddt = 0.0f, dd = 0.0f;
@@ -418,7 +413,7 @@ __global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ 
 // parts [sequence][3][head].
 __global__ void mamba_head_parts_kernel(MambaDims m, const float* __restrict__ draw, const float* __restrict__ dA_term,
                                         const float* __restrict__ dD_term, float* __restrict__ part) {
-  FP4D_MAMBA_STRIDE(e, (m.R / m.S) * m.H) {
+  FP4D_GRID_STRIDE(e, (m.R / m.S) * m.H) {
     const std::int64_t b = e / m.H, h = e % m.H;
     float db = 0.0f, pa = 0.0f, pd = 0.0f;
     for (std::int64_t t = 0; t < m.S; ++t) db = db + draw[(b * m.S + t) * m.H + h];
@@ -435,7 +430,7 @@ __global__ void mamba_head_parts_kernel(MambaDims m, const float* __restrict__ d
 __global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a_log, const float* __restrict__ part,
                                         float* __restrict__ g_dt_bias, float* __restrict__ g_a_log,
                                         float* __restrict__ g_d_skip) {
-  FP4D_MAMBA_STRIDE(h, m.H) {
+  FP4D_GRID_STRIDE(h, m.H) {
     float db = 0.0f, dA = 0.0f, dD = 0.0f;
     for (std::int64_t b = 0; b < m.R / m.S; ++b) {
       db = db + part[(b * 3 + 0) * m.H + h];
@@ -450,14 +445,14 @@ __global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a
 
 // In place: dxbc (the gradient after SiLU) -> dpre = dxbc silu'(pre).
 __global__ void mamba_silu_backward_kernel(MambaDims m, const float* __restrict__ pre, float* __restrict__ dxbc) {
-  FP4D_MAMBA_STRIDE(e, m.R * m.CD) dxbc[e] = dxbc[e] * silu_prime(pre[e]);
+  FP4D_GRID_STRIDE(e, m.R * m.CD) dxbc[e] = dxbc[e] * silu_prime(pre[e]);
 }
 
 // The convolution's input gradient: the input at position q feeds the outputs q + K - 1 - k
 // (k ascending), into the x, B, C columns of dzx.
 __global__ void mamba_conv_backward_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ w,
                                            float* __restrict__ dzx) {
-  FP4D_MAMBA_STRIDE(e, m.R * m.CD) {
+  FP4D_GRID_STRIDE(e, m.R * m.CD) {
     const std::int64_t i = e / m.CD, ch = e % m.CD, t = i % m.S;
     float acc = 0.0f;
     for (std::int64_t k = 0; k < m.K; ++k) {
@@ -474,7 +469,7 @@ __global__ void mamba_conv_backward_kernel(MambaDims m, const float* __restrict_
 __global__ void mamba_conv_param_parts_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ zx,
                                               float* __restrict__ part) {
   const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk;
-  FP4D_MAMBA_STRIDE(e, chunks * (m.K + 1) * m.CD) {
+  FP4D_GRID_STRIDE(e, chunks * (m.K + 1) * m.CD) {
     const std::int64_t ch = e % m.CD, k = (e / m.CD) % (m.K + 1), c = e / (m.CD * (m.K + 1));
     const std::int64_t end = (c + 1) * kGainChunk < m.R ? (c + 1) * kGainChunk : m.R;
     float acc = 0.0f;
@@ -494,7 +489,7 @@ __global__ void mamba_conv_param_parts_kernel(MambaDims m, const float* __restri
 __global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restrict__ part, float* __restrict__ g_w,
                                               float* __restrict__ g_b) {
   const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk, per = (m.K + 1) * m.CD;
-  FP4D_MAMBA_STRIDE(e, per) {
+  FP4D_GRID_STRIDE(e, per) {
     const std::int64_t ch = e % m.CD, k = e / m.CD;
     float acc = 0.0f;
     for (std::int64_t c = 0; c < chunks; ++c) acc = acc + part[c * per + e];
@@ -502,8 +497,6 @@ __global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restri
     else g_w[ch * m.K + k] = acc;
   }
 }
-
-#undef FP4D_MAMBA_STRIDE
 
 }  // namespace
 
