@@ -206,3 +206,67 @@ def sr_bias_test(errors, confidence: float = 0.99) -> BiasTest:
         t = mean / se
     return BiasTest(mean=mean, stderr=se, t=t, dof=R - 1, p_value=t_two_sided_p(t, R - 1), confidence=confidence,
                     critical_t=t_quantile(0.5 + confidence / 2.0, R - 1))
+
+
+# --- replicates over seeds -------------------------------------------------------------------
+
+@dataclass
+class MeanInterval:
+    """Mean of n independent replicates (one value per seed) with its two-sided Student t interval
+    mean +- t_{(1+confidence)/2, n-1} s / sqrt(n). Assumes independent, roughly normal values;
+    with n = 1 there is no spread to estimate, and sd, half_width are NaN."""
+
+    n: int
+    mean: float
+    sd: float
+    half_width: float
+    confidence: float
+
+    @property
+    def ci_low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def ci_high(self) -> float:
+        return self.mean + self.half_width
+
+
+def t_interval(values, confidence: float = 0.95) -> MeanInterval:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    v = np.asarray(values, dtype=float).ravel()
+    if v.size == 0:
+        raise ValueError("a mean needs at least one value")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{int((~np.isfinite(v)).sum())} non-finite values among {v.size}")
+    n = int(v.size)
+    if n < 2:
+        return MeanInterval(n=1, mean=float(v[0]), sd=math.nan, half_width=math.nan, confidence=confidence)
+    sd = float(v.std(ddof=1))
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    return MeanInterval(n=n, mean=float(v.mean()), sd=sd, half_width=half, confidence=confidence)
+
+
+@dataclass
+class SignTest:
+    """Exact two-sided sign test of H0: a paired difference is as likely positive as negative.
+    Zero differences (ties) are left out; p = min(1, 2 P(K <= min(k+, k-))) with K ~ Bin(k+ + k-, 1/2).
+    Assumes only independent pairs, no distribution; with few pairs p cannot be small (3 pairs: p >= 0.25)."""
+
+    positive: int
+    negative: int
+    ties: int
+    p_value: float
+
+
+def sign_test(differences) -> SignTest:
+    d = np.asarray(differences, dtype=float).ravel()
+    if not np.all(np.isfinite(d)):
+        raise ValueError(f"{int((~np.isfinite(d)).sum())} non-finite differences among {d.size}")
+    pos, neg = int((d > 0).sum()), int((d < 0).sum())
+    n = pos + neg
+    if n == 0:
+        return SignTest(positive=0, negative=0, ties=int(d.size), p_value=1.0)
+    k = min(pos, neg)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return SignTest(positive=pos, negative=neg, ties=int(d.size) - n, p_value=min(1.0, 2.0 * tail))

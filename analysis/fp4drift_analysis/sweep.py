@@ -6,6 +6,7 @@ arrays, the swept parameters as columns, and each run's trace through `load_run`
     s = load_sweep("out/sweep/sweep.h5")
     s.params["mlp.lr"], s.summary["status"], s.recipes["final_loss"]   # aligned arrays
     s.run(0)                                                           # MlpRun / LmRun / SumDotRun
+    s.overrides(0), s.label(0)   # {"lm.seed": 2, ...}, "lm.pattern=MMMMM lm.seed=2" (the keys that vary)
 
 `recipes` holds every column the index has, so the lm rows' tail_loss and tail_rel_loss_gap
 (the gap to read: an lm's final_rel_loss_gap is one noisy batch's) come with them; an lm row's
@@ -30,6 +31,44 @@ def _column(ds: h5py.Dataset) -> np.ndarray:
     if h5py.check_string_dtype(ds.dtype) is not None:
         return np.array(ds.asstr()[()], dtype=str)
     return ds[()]
+
+
+def parse_overrides(text: str) -> dict:
+    """One run's override set (`key = value` lines, each value TOML text) as {dotted key: value};
+    lists become tuples so that values can be grouped on. Blank and `#` lines are skipped."""
+    out = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, eq, value = line.partition("=")
+        if not eq or not key.strip():
+            raise SchemaError(f"override line {n} is not `key = value`: {line!r}")
+        try:
+            v = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError as e:
+            raise SchemaError(f"override line {n}: bad TOML value {value.strip()!r} ({e})") from None
+        out[key.strip()] = _hashable(v)
+    return out
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def format_value(v) -> str:
+    """A parsed override value as a label writes it: strings bare, lists bracketed, true/false."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(format_value(x) for x in v) + "]"
+    return str(v)
 
 
 def _param_column(texts: np.ndarray) -> np.ndarray:
@@ -62,6 +101,28 @@ class Sweep:
     def run(self, run: int | str, allow_incomplete: bool = False):
         """The trace of one run (index or id) through fp4drift_analysis.load_run."""
         return load_run(self.trace_path(run), allow_incomplete=allow_incomplete)
+
+    def overrides(self, run: int) -> dict:
+        """The run's override set, parsed (parse_overrides)."""
+        return parse_overrides(str(self.summary["overrides"][run]))
+
+    def entry(self, run: int) -> str:
+        """The name of the sweep's list entry the run comes from (`[list.NAME]`), or "" for none:
+        the part of its summary label before `: `."""
+        head, sep, _ = str(self.summary["label"][run]).partition(": ")
+        return head if sep and "=" not in head else ""
+
+    def varying_keys(self) -> list[str]:
+        """The override keys whose value differs between runs (in first-seen order)."""
+        sets = [self.overrides(i) for i in range(len(self.ids))]
+        keys = list(dict.fromkeys(k for o in sets for k in o))
+        return [k for k in keys if len({o.get(k) for o in sets}) > 1]
+
+    def label(self, run: int, keys: list[str] | None = None) -> str:
+        """The run named by its overrides, `key=value` for `keys` (default: the varying ones)."""
+        o = self.overrides(run)
+        keys = self.varying_keys() if keys is None else keys
+        return " ".join(f"{k}={format_value(o.get(k))}" for k in keys) or str(self.ids[run])
 
     def complete(self) -> np.ndarray:
         """Indices of the runs whose status is complete."""
