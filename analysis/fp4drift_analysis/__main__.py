@@ -15,6 +15,8 @@ with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin
 The training plots (plot-growth, plot-heatmap, plot-stats, compare, ablation, fit) read mlp and
 lm traces but never both at once: an mlp's weight error is its last layer's, an lm's the whole
 model's (or --param NAME's), and their losses are different quantities.
+  sweep-stats SWEEP.h5 --group-by K[,K]  a sweep's metric per group and recipe: mean over seeds with
+                                        t interval; --baseline R: paired gaps, t and sign tests
   bias T.h5 ...                         SR bias test across seeds of sum/dot traces
   check [BOUNDS ...] [--fp4drift EXE] [--traces DIR]   the CI regression of numeric bounds
 Output images are PNG or PDF by the suffix. Without --out a plot goes to the current directory as
@@ -60,6 +62,31 @@ def _bias_table(paths: list[str], confidence: float) -> int:
         biased += not t.unbiased
         print(f"{Path(p).name} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
     return biased
+
+
+def _sweep_stats(a) -> None:
+    import json
+
+    from .sweep import load_sweep
+    from .sweep_stats import find_seed_key, group_runs, json_report, paired_gaps, text_report
+    if not 0.0 < a.confidence < 1.0:
+        raise ValueError(f"--confidence must be in (0, 1), got {a.confidence}")
+    s = load_sweep(a.sweep, allow_incomplete=a.allow_incomplete)
+    keys = [k.strip() for k in a.group_by.split(",") if k.strip()] if a.group_by else []
+    if a.plot and not keys:
+        raise ValueError("--plot needs a --group-by key (the x axis)")
+    seed_key = find_seed_key(s, a.seed_key)
+    cells = group_runs(s, keys, a.metric, seed_key, a.confidence)
+    pairs = paired_gaps(cells, a.baseline, a.confidence) if a.baseline else None
+    if a.plot:
+        from . import plots
+        plots.plot_sweep_stats(s, cells, keys, a.metric, seed_key, a.confidence, a.plot)
+    if a.json:
+        print(json.dumps(json_report(s, cells, pairs, keys, a.metric, seed_key, a.confidence), indent=1))
+    else:
+        print(text_report(s, cells, pairs, keys, a.metric, seed_key, a.confidence))
+    if a.plot:
+        print(f"wrote {a.plot}", file=sys.stderr if a.json else sys.stdout)
 
 
 def default_out(command: str, trace: str) -> Path:
@@ -116,6 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bias", help="SR bias test across seeds (sum/dot traces); exit 1 if biased")
     b.add_argument("traces", nargs="+")
     b.add_argument("--confidence", type=float, default=0.99)
+    ss = sub.add_parser("sweep-stats", help="a sweep's metric grouped by config keys: mean over seeds with t "
+                        "intervals, paired gaps to a baseline recipe")
+    ss.add_argument("sweep", help="a sweep index (OUT/sweep.h5)")
+    ss.add_argument("--group-by", default="", help="comma list of override keys (or `entry`, the list entry); "
+                    "the recipe is always one")
+    ss.add_argument("--metric", default="tail_loss", help="a /summary_recipes column (tail_loss, growth_exponent, "
+                    "final_weight_rel_error, ...) or a numeric /summary one (default: tail_loss)")
+    ss.add_argument("--seed-key", help="the key that numbers the replicates (default: the first of lm.seed, "
+                    "mlp.seed, seed the sweep overrides)")
+    ss.add_argument("--baseline", help="recipe to pair every other recipe with, seed by seed")
+    ss.add_argument("--confidence", type=float, default=0.95)
+    ss.add_argument("--json", action="store_true", help="machine-readable output")
+    ss.add_argument("--plot", help="metric against the first --group-by key with t-interval error bars (.png/.pdf)")
+    ss.add_argument("--allow-incomplete", action="store_true", help="read a sweep still running (complete runs only)")
     k = sub.add_parser("check", help="check numeric bounds (data/bounds); exit 1 on a violation, 2 on bad input")
     k.add_argument("bounds", nargs="*", default=[str(REPO / "data" / "bounds")], help="files or directories")
     k.add_argument("--fp4drift", help="the fp4drift executable (default: $FP4DRIFT_EXE or build/apps/fp4drift/fp4drift)")
@@ -132,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.command == "fit":
             _fit_table(a.traces, a.confidence)
+            return 0
+        if a.command == "sweep-stats":
+            _sweep_stats(a)
             return 0
         if a.command == "bias":
             return 1 if _bias_table(a.traces, a.confidence) else 0

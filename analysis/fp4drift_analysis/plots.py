@@ -531,3 +531,43 @@ def plot_gemm(path: str, out: str) -> None:
                  fontsize=10)
     fig.tight_layout()
     _save(fig, out)
+
+
+def plot_sweep_stats(s, cells, group_by: list[str], metric: str, seed_key: str, confidence: float, out: str) -> None:
+    """A sweep's metric against the first --group-by key: per cell the mean over seeds with its t
+    interval as error bar (none for a single seed), one series per recipe (and value of the other
+    group keys). A numeric key gets a numeric axis, any other one its values in sweep order."""
+    from .sweep import format_value
+    from .sweep_stats import describe
+    _check_out(out)
+    if not group_by:
+        raise ValueError("--plot needs a --group-by key (the x axis)")
+    xs = list(dict.fromkeys(c.key[0] for c in cells))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
+    series: dict[tuple, list] = {}
+    for c in cells:
+        series.setdefault((c.recipe, c.key[1:]), []).append(c)
+    longest = max(len(r) + len(describe(group_by[1:], k)) for r, k in series)
+    fig, ax = plt.subplots(figsize=(6.5 + 0.07 * longest, 4.5), layout="constrained")
+    width = 0.6 / max(len(series), 1)
+    for j, ((recipe, rest), cs) in enumerate(series.items()):
+        if numeric:
+            cs = sorted(cs, key=lambda c: c.key[0])
+            x = np.array([float(c.key[0]) for c in cs])
+        else:
+            x = np.array([xs.index(c.key[0]) for c in cs]) + (j - (len(series) - 1) / 2) * width
+        y = np.array([c.interval.mean for c in cs])
+        err = np.array([c.interval.half_width for c in cs])
+        label = recipe + (f" ({describe(group_by[1:], rest)})" if rest else "")
+        ax.errorbar(x, y, yerr=np.where(np.isfinite(err), err, 0.0), marker="o", capsize=3,
+                    linestyle="-" if numeric else "none", label=label)
+    if not numeric:
+        ax.set_xticks(range(len(xs)), ["(base)" if v is None else format_value(v) for v in xs])
+    ax.set_xlabel(group_by[0])
+    ax.set_ylabel(metric)
+    ns = sorted({c.interval.n for c in cells})
+    ax.set_title(f"{Path(s.path).name}: {metric}, mean over {seed_key} (n = {', '.join(map(str, ns))})\n"
+                 f"error bars: {100 * confidence:g}% t interval, n-1 dof", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.legend(fontsize=7, loc="outside right upper")
+    _save(fig, out)
