@@ -121,6 +121,7 @@ class Sweep:
     def label(self, run: int, keys: list[str] | None = None) -> str:
         """The run named by its overrides, `key=value` for `keys` (default: the varying ones)."""
         o = self.overrides(run)
+        o.setdefault("entry", self.entry(run))
         keys = self.varying_keys() if keys is None else keys
         return " ".join(f"{k}={format_value(o.get(k))}" for k in keys) or str(self.ids[run])
 
@@ -155,3 +156,60 @@ def load_sweep(path: str, allow_incomplete: bool = False) -> Sweep:
 
 # `fp4drift_analysis.load(path)` reads sweep indexes too.
 register_loader("fp4drift.sweep", SWEEP_SCHEMA_VERSIONS, load_sweep)
+
+
+def parse_where(conditions: list[str] | None) -> dict:
+    """`KEY=VALUE` conditions (VALUE as TOML text, a bare word as a string) as {key: value}."""
+    out = {}
+    for c in conditions or []:
+        key, eq, value = c.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--where {c!r}: expected KEY=VALUE")
+        try:
+            v = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            v = value.strip()
+        out[key.strip()] = _hashable(v)
+    return out
+
+
+def select_runs(s: Sweep, where: dict) -> list[int]:
+    """The complete runs whose overrides match every condition (a number matches a number of equal
+    value; `entry` is the list entry's name unless an override is called so)."""
+    sets = [s.overrides(i) for i in range(len(s.ids))]
+    for i, o in enumerate(sets):
+        o.setdefault("entry", s.entry(i))
+    known = set(k for o in sets for k in o)
+    for k in where:
+        if k not in known:
+            raise ValueError(f"--where: unknown key {k!r}; the sweep's override keys: "
+                             f"{', '.join(dict.fromkeys(k for o in sets for k in o))}")
+    return [int(i) for i in s.complete() if all(sets[i].get(k) == v for k, v in where.items())]
+
+
+def expand_traces(paths: list[str], where: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The trace paths behind `paths`, a sweep index standing for the traces of its complete runs
+    that match `where` (KEY=VALUE), and a label per sweep trace: the override keys that vary
+    between the selected runs (`lm.pattern=MMMMM lm.seed=2`). Other paths pass through unlabelled."""
+    from .traces import schema_of
+    cond = parse_where(where)
+    out, labels, sweeps = [], {}, 0
+    for p in paths:
+        if schema_of(p) != "fp4drift.sweep":
+            out.append(p)
+            continue
+        sweeps += 1
+        s = load_sweep(p)
+        runs = select_runs(s, cond)
+        if not runs:
+            raise ValueError(f"{p}: no complete run matches {' '.join(where or []) or 'the sweep'}")
+        sets = [s.overrides(i) for i in runs]
+        keys = list(dict.fromkeys(k for o in sets for k in o))
+        vary = [k for k in keys if len({o.get(k) for o in sets}) > 1] or [k for k in cond if k in keys]
+        for i in runs:
+            t = s.trace_path(i)
+            out.append(t)
+            labels[t] = s.label(i, vary) if vary else str(s.ids[i])
+    if cond and not sweeps:
+        raise ValueError("--where selects runs of a sweep index; none was given")
+    return out, labels

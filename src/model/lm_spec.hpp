@@ -195,7 +195,7 @@ std::vector<LmLinear> lm_linears(const LmSpec& s);
 // (untied only).
 enum class LmParamKind { Embedding, NormGain, Linear, Mixer };
 // Which of an M block's own parameters (kind Mixer), in their lm_params order.
-enum class LmMixerParam { None, ConvW, ConvB, DtBias, ALog, DSkip, Norm };
+enum class LmMixerParam { None, ConvW, ConvB, DtBias, ALog, DSkip, Norm };  // Norm last: tables size by it
 struct LmParam {
   std::string name;        // embedding, blocks.<b>.norm, blocks.<b>.<linear kind or mixer
                            // parameter>, final_norm, head

@@ -46,7 +46,7 @@ struct Block {
   Buf<float> gu, f;
   // Mamba: the mixer's activations and its own parameters' places (lm_params order).
   MambaCacheCuda mamba;
-  std::size_t mixer_param[7] = {};  // indexed by LmMixerParam
+  std::size_t mixer_param[static_cast<int>(LmMixerParam::Norm) + 1] = {};  // indexed by LmMixerParam
 };
 
 }  // namespace
