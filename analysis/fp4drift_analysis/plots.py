@@ -315,9 +315,16 @@ def plot_runs(paths: list[str], out: str) -> None:
     _save(fig, out)
 
 
-def _run_pairs(paths: list[str], recipes: list[str] | None):
+def _names(paths: list[str], labels: dict[str, str] | None) -> str:
+    """The inputs of a figure for its title: trace file names, a sweep's runs by its directory."""
+    names = [f"sweep {Path(p).parents[2].name}" if labels and p in labels else Path(p).name for p in paths]
+    return ", ".join(dict.fromkeys(names))
+
+
+def _run_pairs(paths: list[str], recipes: list[str] | None, labels: dict[str, str] | None = None):
     """(label, trace, run) for every recipe (or the named ones) of every mlp trace, or of every
-    lm trace: the two are not mixed (their loss and weight error are different quantities)."""
+    lm trace: the two are not mixed (their loss and weight error are different quantities).
+    `labels` names traces by path (a sweep's runs by their overrides: sweep.expand_traces)."""
     traces = [_training(p) for p in paths]
     kinds = {_kind(t) for t in traces}
     if len(kinds) > 1:
@@ -326,12 +333,12 @@ def _run_pairs(paths: list[str], recipes: list[str] | None):
                           "one workload")
     many = len(traces) > 1
     pairs = []
-    for t in traces:
+    for path, t in zip(paths, traces):
         names = recipes or t.names
         for name in names:
             if recipes and name not in t.names:
                 continue
-            prefix = _trace_label(t, many)
+            prefix = labels[path] if labels and path in labels else _trace_label(t, many)
             pairs.append((f"{prefix}:{name}" if prefix else name, t, t.run(name)))
     if not pairs:
         raise KeyError(f"none of the recipes {', '.join(recipes or [])} is in {', '.join(paths)}")
@@ -339,12 +346,12 @@ def _run_pairs(paths: list[str], recipes: list[str] | None):
 
 
 def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, layer: int = -1,
-                method: str = "ols", param: str | None = None) -> None:
+                method: str = "ols", param: str | None = None, labels: dict[str, str] | None = None) -> None:
     """Weight error against the reference vs step on log-log axes, one line per (trace, recipe),
     each with its fitted power law (dashed) and exponent with 95% CI in the legend. mlp traces:
     the `layer` (the last by default); lm traces: the whole model, or the parameter `param`."""
     _check_out(out)
-    pairs = _run_pairs(paths, recipes)
+    pairs = _run_pairs(paths, recipes, labels)
     for label, t, run in pairs:   # an index past the layers was an IndexError traceback
         if isinstance(t, MlpRun) and not -t.layers <= layer < t.layers:
             raise ValueError(f"{label}: layer {layer} does not exist ({t.layers} layers: 0..{t.layers - 1}, "
@@ -434,7 +441,8 @@ def plot_stats(path: str, out: str, smooth: int = 1) -> None:
     _save(fig, out)
 
 
-def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, smooth: int = 20) -> None:
+def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, smooth: int = 20,
+                 labels: dict[str, str] | None = None) -> None:
     """Overlay several traces: sum/dot traces as in plot_runs; mlp traces (e.g. RN vs SR, RHT on
     and off, or one config against an ablation) by relative loss gap and last-layer weight
     error with fitted exponents, one line per (trace, recipe); lm traces the same with the
@@ -446,7 +454,7 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
         return
     if any(isinstance(t, SumDotRun) for t in loaded):
         raise SchemaError("compare: mix of training (mlp/lm) and sum/dot traces; compare traces of one kind")
-    pairs = _run_pairs(paths, recipes)
+    pairs = _run_pairs(paths, recipes, labels)
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(13, 5))
     for i, (label, t, run) in enumerate(pairs):
         c = f"C{i % 10}"
@@ -460,18 +468,19 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
     for a in (a0, a1):
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=7)
-    fig.suptitle("fp4drift run: " + ", ".join(Path(p).name for p in paths), fontsize=10)
+    fig.suptitle("fp4drift run: " + _names(paths, labels), fontsize=10)
     fig.tight_layout()
     _save(fig, out)
 
 
-def ablation_table(paths: list[str], window: int = 50) -> list[tuple[str, float, float, float]]:
+def ablation_table(paths: list[str], window: int = 50,
+                   labels: dict[str, str] | None = None) -> list[tuple[str, float, float, float]]:
     """(label, final relative loss gap, final weight error, growth exponent) per (trace, recipe).
     mlp: the mean of the last `window` steps' gaps and the last layer's weight error. lm: the gap
     of the last `window` steps' mean losses, as the trace's tail_rel_loss_gap is read (equal to it
     for window = records / 10; a per-batch gap is noisy), and the whole model's weight error."""
     rows = []
-    for label, t, run in _run_pairs(paths, None):
+    for label, t, run in _run_pairs(paths, None, labels):
         w = min(window, len(run.rel_loss_gap))
         if isinstance(t, LmRun):
             ref = np.mean(t.reference_loss[-w:])
@@ -483,11 +492,11 @@ def ablation_table(paths: list[str], window: int = 50) -> list[tuple[str, float,
     return rows
 
 
-def plot_ablation(paths: list[str], out: str, window: int = 50) -> None:
+def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str, str] | None = None) -> None:
     """Ablation bars: per (trace, recipe) the final relative loss gap and the final weight error
     (an mlp's last layer, an lm's whole model), sorted by loss gap."""
     _check_out(out)
-    rows = sorted(ablation_table(paths, window), key=lambda r: r[1])
+    rows = sorted(ablation_table(paths, window, labels), key=lambda r: r[1])
     y = np.arange(len(rows))
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 0.4 * len(rows) + 1.8), sharey=True)
     gaps = [100 * r[1] for r in rows]
@@ -504,7 +513,7 @@ def plot_ablation(paths: list[str], out: str, window: int = 50) -> None:
     a1.set_xlabel(f"final {which} ||W - W_ref||_F / ||W_ref||_F  (growth exponent b)")
     for a in (a0, a1):
         a.grid(axis="x", alpha=0.3)
-    fig.suptitle("ablation: " + ", ".join(Path(p).name for p in paths), fontsize=10)
+    fig.suptitle("ablation: " + _names(paths, labels), fontsize=10)
     fig.tight_layout()
     _save(fig, out)
 
