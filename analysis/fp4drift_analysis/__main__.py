@@ -12,6 +12,8 @@ with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin
   compare T.h5 T.h5 ... --out F.png     overlay traces (RN vs SR, RHT on/off, ...)
   ablation T.h5 ... --out F.png         bars: final loss gap and weight error per recipe
   fit T.h5 ...                          growth-exponent fits (OLS and HAC CIs) as a table
+fit, compare, plot-growth and ablation also take a sweep index (OUT/sweep.h5) for the traces of its
+complete runs, labelled by their overrides; --where KEY=VALUE (repeatable) selects runs.
 The training plots (plot-growth, plot-heatmap, plot-stats, compare, ablation, fit) read mlp and
 lm traces but never both at once: an mlp's weight error is its last layer's, an lm's the whole
 model's (or --param NAME's), and their losses are different quantities.
@@ -34,8 +36,10 @@ from .stats import fit_growth, sr_bias_test
 from .traces import LmRun, MlpRun, SchemaError, SumDotRun, load_run
 
 
-def _fit_table(paths: list[str], confidence: float) -> None:
-    print(f"{'trace:recipe':<40} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
+def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None) -> None:
+    names = {p: (labels or {}).get(p, Path(p).name) for p in paths}
+    width = max(40, *(len(n) + 14 for n in names.values()))
+    print(f"{'trace:recipe':<{width}} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
     for p in paths:
         r = load_run(p)
         if not isinstance(r, (MlpRun, LmRun)):
@@ -46,7 +50,7 @@ def _fit_table(paths: list[str], confidence: float) -> None:
             e = run.weight_rel_error_total if isinstance(r, LmRun) else run.weight_rel_error[:, -1]
             ols = fit_growth(r.compare_step, e, confidence, "ols")
             hac = fit_growth(r.compare_step, e, confidence, "hac")
-            print(f"{Path(p).name + ':' + run.name:<40} {ols.points:>6} {ols.exponent:>9.3f}  "
+            print(f"{names[p] + ':' + run.name:<{width}} {ols.points:>6} {ols.exponent:>9.3f}  "
                   f"[{ols.ci_low:6.3f}, {ols.ci_high:6.3f}]  [{hac.ci_low:6.3f}, {hac.ci_high:6.3f}]  {hac.lag:>3}")
     print(f"({100 * confidence:g}% intervals; OLS assumes independent residuals and is optimistic along one "
           "trajectory; HAC = Newey-West; docs/analysis.md)")
@@ -133,13 +137,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="weight_rel_error, grad_rel_error, grad_cosine, grad_sr_mean_rel_error")
     st = cmd("plot-stats", "quantization-statistic histories of the GEMM operands")
     st.add_argument("--smooth", type=_at_least_one, default=1, help="trailing mean over this many steps")
+    WHERE = ("a sweep index (OUT/sweep.h5) stands for its complete runs' traces, labelled by their "
+             "overrides; KEY=VALUE selects the runs (repeatable; KEY an override key or `entry`)")
+    g.add_argument("--where", action="append", help=WHERE)
     c = cmd("compare", "overlay several traces (RN vs SR, RHT on/off, ablations)", many=True)
     c.add_argument("--recipes", help="comma list (default: all)")
+    c.add_argument("--where", action="append", help=WHERE)
     a = cmd("ablation", "bars of the final loss gap and weight error per (trace, recipe)", many=True)
     a.add_argument("--window", type=_at_least_one, default=50, help="steps averaged for the final loss gap")
+    a.add_argument("--where", action="append", help=WHERE)
     f = sub.add_parser("fit", help="growth-exponent fits with confidence intervals")
     f.add_argument("traces", nargs="+")
     f.add_argument("--confidence", type=float, default=0.95)
+    f.add_argument("--where", action="append", help=WHERE)
     b = sub.add_parser("bias", help="SR bias test across seeds (sum/dot traces); exit 1 if biased")
     b.add_argument("traces", nargs="+")
     b.add_argument("--confidence", type=float, default=0.99)
@@ -171,8 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     from . import plots   # matplotlib only where a plot is drawn (check and fit start faster)
 
     try:
+        labels = None
+        if a.command in ("fit", "compare", "plot-growth", "ablation"):
+            from .sweep import expand_traces
+            a.traces, labels = expand_traces(a.traces, a.where)
         if a.command == "fit":
-            _fit_table(a.traces, a.confidence)
+            _fit_table(a.traces, a.confidence, labels)
             return 0
         if a.command == "sweep-stats":
             _sweep_stats(a)
@@ -188,15 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "plot-lm":
             plots.plot_lm(a.trace, a.out, a.smooth)
         elif a.command == "plot-growth":
-            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method, a.param)
+            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method, a.param, labels)
         elif a.command == "plot-heatmap":
             plots.plot_heatmap(a.trace, a.out, a.quantity)
         elif a.command == "plot-stats":
             plots.plot_stats(a.trace, a.out, a.smooth)
         elif a.command == "compare":
-            plots.plot_compare(a.traces, a.out, recipes)
+            plots.plot_compare(a.traces, a.out, recipes, labels=labels)
         elif a.command == "ablation":
-            plots.plot_ablation(a.traces, a.out, a.window)
+            plots.plot_ablation(a.traces, a.out, a.window, labels)
         print(f"wrote {a.out}")
     except (OSError, SchemaError, KeyError, ValueError, BoundsError) as e:
         print(f"fp4drift_analysis: error: {e}", file=sys.stderr)

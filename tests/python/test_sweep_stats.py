@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import h5py
@@ -189,3 +191,47 @@ def test_cli_errors(index, tmp_path, capsys):
     assert "--plot needs a --group-by key" in _error(capsys, ["sweep-stats", str(index), "--group-by", "",
                                                                "--metric", "reference_final_loss",
                                                                "--plot", str(tmp_path / "x.png")])
+
+
+# --- the trace commands on a sweep index --------------------------------------------------------
+
+
+def test_expand_traces_selects_and_labels(index):
+    from fp4drift_analysis.sweep import expand_traces
+    paths, labels = expand_traces([str(index)], ["mlp.lr=0.02"])
+    assert [Path(p).parent.name for p in paths] == ["0003-0000abcd", "0004-0000abcd", "0005-0000abcd"]
+    assert all(Path(p).name == "trace.h5" for p in paths)
+    assert [labels[p] for p in paths] == ["mlp.seed=1", "mlp.seed=2", "mlp.seed=3"]   # only what varies
+    paths, labels = expand_traces([str(index)], ["mlp.lr=0.02", "mlp.seed=2"])
+    assert [labels[p] for p in paths] == ["mlp.lr=0.02 mlp.seed=2"]
+    with pytest.raises(ValueError, match="unknown key 'lr'"):
+        expand_traces([str(index)], ["lr=0.02"])
+    with pytest.raises(ValueError, match="no complete run matches"):
+        expand_traces([str(index)], ["mlp.lr=0.5"])
+
+
+EXE = os.environ.get("FP4DRIFT_EXE", "")
+
+
+@pytest.mark.skipif(not (EXE and os.access(EXE, os.X_OK)),
+                    reason="FP4DRIFT_EXE not set to the fp4drift binary")
+def test_fit_and_compare_on_a_real_sweep(tmp_path, capsys):
+    """A tiny mlp sweep made by the binary: fit and compare read its index, runs named by overrides."""
+    (tmp_path / "base.toml").write_text('workload = "mlp"\n[mlp]\nwidths = [16, 32, 16]\nbatch = 16\nseed = 1\n'
+                                        'teacher_width = 32\nlr = 0.02\nsteps = 40\n[recipes]\nnames = ["nvfp4", "bf16"]\n'
+                                        '[reference]\ncompare_every = 5\n[trace]\nevery = 1\nflush_every = 10\n')
+    (tmp_path / "sweep.toml").write_text('base = "base.toml"\nworkers = 2\n[grid.mlp]\nlr = [0.01, 0.02]\n'
+                                         'seed = [1, 2]\n')
+    p = subprocess.run([EXE, "sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    idx = str(tmp_path / "out" / "sweep.h5")
+    assert main(["fit", idx, "--where", "mlp.lr=0.02"]) == 0
+    text = capsys.readouterr().out
+    assert "mlp.seed=1:nvfp4" in text and "mlp.seed=2:bf16" in text and "trace.h5" not in text
+    out = tmp_path / "c.png"
+    assert main(["compare", idx, "--where", "mlp.seed=1", "--recipes", "nvfp4", "--out", str(out)]) == 0
+    assert out.stat().st_size > 1000
+    assert main(["sweep-stats", idx, "--group-by", "mlp.lr", "--metric", "final_weight_rel_error",
+                 "--baseline", "bf16"]) == 0
+    assert "t interval" in capsys.readouterr().out
