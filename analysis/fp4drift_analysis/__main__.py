@@ -39,7 +39,8 @@ from .traces import LmRun, MlpRun, SchemaError, SumDotRun, load_run
 def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None) -> None:
     names = {p: (labels or {}).get(p, Path(p).name) for p in paths}
     width = max(40, *(len(n) + 14 for n in names.values()))
-    print(f"{'trace:recipe':<{width}} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
+    head = "run:recipe" if labels else "trace:recipe"
+    print(f"{head:<{width}} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
     for p in paths:
         r = load_run(p)
         if not isinstance(r, (MlpRun, LmRun)):
