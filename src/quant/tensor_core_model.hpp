@@ -1,0 +1,55 @@
+// A bit-accurate model of how a tensor core accumulates an FP32 dot product, after Khattak and
+// Mikaitis, "Accurate Models of NVIDIA Tensor Cores" (ACM TACO; arXiv:2512.07004), whose H100
+// model the H200 shares (their models/H100TC.m, H200TC.m and tools/Generic_BFMA_TC.m give the
+// parameters and the algorithm; this is an independent implementation of that description).
+//
+// One MMA block, d = c + sum_i a_i b_i over `group` products (one k-slice of the instruction):
+//   1. products with a zero factor are dropped; each other product is exact, its significand
+//      sig_a sig_b in [1, 4) (not renormalised) at exponent e_a + e_b (input subnormals keep a
+//      significand below 1 at the format's minimum exponent);
+//   2. the alignment exponent E is the largest of those exponents and c's (c = +-0 takes no
+//      part), at least min_exponent;
+//   3. every term (the products and c, as 2^23-scaled integer significands) keeps 23 +
+//      extra_bits fraction bits relative to 2^E: the bits below are truncated (no guard or
+//      sticky bit), then the terms are summed exactly;
+//   4. the sum is normalised and truncated toward zero to the output's 23 + min(extra_bits, 0)
+//      fraction bits (FP32 subnormals kept); a zero sum is +0; a result past FP32's range is
+//      +-inf.
+// A dot product of length K runs its blocks in ascending k, each block's result the next one's
+// c (recursive summation, as a GEMM main loop without split-K accumulates). Infinities and NaN
+// are decided once for the whole dot product: any NaN or a product 0 * inf gives NaN, products
+// of both infinite signs NaN, otherwise the infinity's sign.
+//
+// The parameters below are the published model's; whether cuBLASLt's kernels on the H200 follow
+// them bit for bit (and which kernels keep the k order) is what `fp4drift accumulator`'s probes
+// are for - until they confirm it, this is a model of the literature, not of the measured device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fp4d {
+
+struct TensorCoreModel {
+  int group = 16;           // products aligned and summed together (one MMA k-slice)
+  int extra_bits = 2;       // fraction bits kept beyond FP32's 23 during alignment (-10: 13 bits)
+  int min_exponent = -133;  // floor of the alignment exponent
+  int input_min_exponent = -126;  // the input format's minimum normal exponent (its subnormals' scale)
+  int input_fraction_bits = 7;    // the input format's fraction bits (operands with more are refused)
+  std::string name;
+};
+
+// Hopper (sm_90: H100, H200) with FP32 output, per input format: "bf16", "fp16" (group 16, 2
+// extra bits), "e4m3", "e5m2" (group 32, 13 fraction bits: Hopper's FP8 accumulation). Throws
+// std::invalid_argument naming the format and the ones modelled.
+TensorCoreModel sm90_tensor_core_model(const std::string& input_format);
+
+// One block: c + sum of the n products a_i b_i (n <= 64; a_i, b_i finite values of the model's
+// input format - std::invalid_argument for an operand with more significant bits - and c a
+// finite float).
+float tensor_core_block(const float* a, const float* b, int n, float c, const TensorCoreModel& m);
+
+// c + sum_k a_k b_k over K terms in blocks of m.group (the last one shorter), ascending.
+float tensor_core_dot(const float* a, const float* b, std::int64_t K, float c, const TensorCoreModel& m);
+
+}  // namespace fp4d
