@@ -8,13 +8,22 @@
 //     with the exact product of the quantized operands: bits kept = -log2(|err| / sum|a b|)
 //     per element (min, 1st percentile, median), beside the same figure for the CPU's
 //     sequential float32 model of the same operands.
+//  3. The tensor-core model (quant/tensor_core_model.hpp) against the GPU: BF16 operands of
+//     several distributions, the GPU's FP32 output element by element against the model's and
+//     against a sequential float32 sum of the same exact products: the fraction equal bit for
+//     bit (cuBLASLt picks its kernel; a split-K or reordered kernel shows as disagreement).
 // Needs a CUDA build and a device; everything else exits 2 with the reason.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "format/bf16.hpp"
+#include "quant/quantize.hpp"
+#include "quant/tensor_core_model.hpp"
+#include "quant/training_recipe.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 
@@ -25,9 +34,15 @@ namespace {
 struct AccumulatorArgs {
   std::vector<std::int64_t> probe_ks{32, 256, 4096};
   std::vector<std::int64_t> sweep_ks{64, 256, 1024, 4096, 16384};
+  std::vector<std::int64_t> model_ks{16, 64, 256, 1024, 4096};
   std::int64_t m = 64, n = 64;
   std::uint64_t data_seed = 1;
   bool json = false;
+};
+
+struct ModelRow {
+  std::string data;
+  std::int64_t K = 0, outputs = 0, model_equal = 0, fp32_equal = 0;
 };
 
 struct SweepRow {
@@ -36,6 +51,57 @@ struct SweepRow {
   AccumulationBits gpu, cpu_fp32;
   double gpu_rel = 0, cpu_rel = 0;  // relative Frobenius accumulation error
 };
+
+std::vector<ModelRow> model_agreement(const AccumulatorArgs& a, const Backend& device) {
+  const TensorCoreModel tc = sm90_tensor_core_model("bf16");
+  const QuantSpec spec = gemm_operand_spec(gemm_recipe("bf16"), OperandKind::Activation, false, 0, 0);
+  const QuantizedProduct gpu = device.gemm_product(GemmProductOptions{});
+  const auto bits = [](float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+  };
+  std::vector<ModelRow> rows;
+  for (const char* data : {"N(0,1)", "|N(0,1)|", "mixed-exp", "cancelling"})
+    for (const std::int64_t K : a.model_ks) {
+      GeneratorSpec g;
+      g.rows = a.m, g.cols = K, g.seed = a.data_seed + 7;
+      Matrix x = generate(g);
+      g.rows = a.n, g.seed = a.data_seed + 8;
+      Matrix y = generate(g);
+      const std::string d = data;
+      for (Matrix* m : {&x, &y})
+        for (std::size_t i = 0; i < m->data.size(); ++i) {
+          float& v = m->data[i];
+          if (d == "|N(0,1)|") v = std::fabs(v);
+          if (d == "mixed-exp") v = std::ldexp(v, static_cast<int>(i * 2654435761u % 41) - 20);  // 2^-20 .. 2^20
+          // Pairs of products that nearly cancel: x_2j+1 = -x_2j (1 + 2^-7), y_2j+1 = y_2j.
+          if (d == "cancelling" && i % 2 == 1) v = m == &x ? -m->data[i - 1] * (1.0f + std::ldexp(1.0f, -7)) : m->data[i - 1];
+        }
+      const QuantizedTensor qa = quantize_cpu(x, spec), qb = quantize_cpu(y, spec);
+      const Matrix c = gpu(qa, qb);
+      std::vector<float> av(qa.codes16.size()), bv(qb.codes16.size());
+      for (std::size_t i = 0; i < av.size(); ++i) av[i] = bf16_to_float(qa.codes16[i]);
+      for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = bf16_to_float(qb.codes16[i]);
+      ModelRow row;
+      row.data = d, row.K = K, row.outputs = a.m * a.n;
+      std::int64_t model_equal = 0, fp32_equal = 0;
+#pragma omp parallel for reduction(+ : model_equal, fp32_equal) schedule(static)
+      for (std::int64_t i = 0; i < a.m; ++i)
+        for (std::int64_t j = 0; j < a.n; ++j) {
+          const float* ai = av.data() + i * K;
+          const float* bj = bv.data() + j * K;
+          float seq = 0.0f;
+          for (std::int64_t k = 0; k < K; ++k) seq = seq + ai[k] * bj[k];  // BF16 products are exact in float
+          const float hw = c.data[static_cast<std::size_t>(i * a.n + j)];
+          model_equal += bits(tensor_core_dot(ai, bj, K, 0.0f, tc)) == bits(hw) ? 1 : 0;
+          fp32_equal += bits(seq) == bits(hw) ? 1 : 0;
+        }
+      row.model_equal = model_equal, row.fp32_equal = fp32_equal;
+      rows.push_back(row);
+    }
+  return rows;
+}
 
 std::vector<SweepRow> sweep(const AccumulatorArgs& a, const Backend& device) {
   struct Path {
@@ -99,6 +165,7 @@ int run_accumulator(const AccumulatorArgs& a) {
   }
   const std::vector<AccumulatorProbe> probes = device.probe_accumulators(a.probe_ks);
   const std::vector<SweepRow> rows = sweep(a, device);
+  const std::vector<ModelRow> model = model_agreement(a, device);
   if (a.json) {
     nlohmann::ordered_json j;
     j["probes"] = nlohmann::ordered_json::array();
@@ -111,6 +178,10 @@ int run_accumulator(const AccumulatorArgs& a) {
                             {"gpu_bits_p01", r.gpu.p01}, {"gpu_bits_median", r.gpu.median}, {"gpu_rel", r.gpu_rel},
                             {"fp32_bits_min", r.cpu_fp32.min}, {"fp32_bits_p01", r.cpu_fp32.p01},
                             {"fp32_bits_median", r.cpu_fp32.median}, {"fp32_rel", r.cpu_rel}});
+    j["model"] = nlohmann::ordered_json::array();
+    for (const ModelRow& r : model)
+      j["model"].push_back({{"model", "sm90-bf16"}, {"data", r.data}, {"k", r.K}, {"outputs", r.outputs},
+                            {"model_equal", r.model_equal}, {"fp32_sequential_equal", r.fp32_equal}});
     // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
     // throwing after the work is done.
     std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
@@ -131,6 +202,14 @@ int run_accumulator(const AccumulatorArgs& a) {
     std::printf("%-9s %-22s %7lld %8.1f %8.1f %8.1f %11.3e | %8.1f %8.1f %8.1f %11.3e\n", r.data.c_str(), r.path.c_str(),
                 static_cast<long long>(r.K), r.gpu.min, r.gpu.p01, r.gpu.median, r.gpu_rel, r.cpu_fp32.min,
                 r.cpu_fp32.p01, r.cpu_fp32.median, r.cpu_rel);
+  std::printf("\ntensor-core model (sm90-bf16) against the GPU's FP32 output, BF16 operands M=%lld N=%lld: "
+              "outputs equal bit for bit\n",
+              static_cast<long long>(a.m), static_cast<long long>(a.n));
+  std::printf("%-11s %7s %8s %10s %16s\n", "data", "K", "outputs", "model", "sequential fp32");
+  for (const ModelRow& r : model)
+    std::printf("%-11s %7lld %8lld %9.2f%% %15.2f%%\n", r.data.c_str(), static_cast<long long>(r.K),
+                static_cast<long long>(r.outputs), 100.0 * static_cast<double>(r.model_equal) / static_cast<double>(r.outputs),
+                100.0 * static_cast<double>(r.fp32_equal) / static_cast<double>(r.outputs));
   return 0;
 }
 
