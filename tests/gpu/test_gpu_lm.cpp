@@ -50,6 +50,18 @@ LmSpec small_hybrid() {
   return s;
 }
 
+// Two B/C groups (8 heads each) and 18 positions: the scan backward's 4-position segments end on
+// a partial one, the chunks (6) do not divide by 4 (the in-projection's 336 rows and the 144
+// tokens tile by 16).
+LmSpec small_hybrid_grouped() {
+  LmSpec s = small_hybrid();
+  s.mamba.groups = 2;
+  s.seq_len = 18;
+  s.batch = 8;
+  s.mamba.chunk = 6;
+  return s;
+}
+
 RecipeGemmOptions recipe(const std::string& name, std::vector<int> edges = {}) {
   RecipeGemmOptions o;
   o.recipe = name;
@@ -203,12 +215,13 @@ TEST_CASE("gpu lm: each of 20 steps agrees with the CPU step from the same state
   struct Case {
     std::string name;
     bool mha;     // kv_heads = heads (dK, dV written directly), separate q, k, v, tied embeddings
-    bool hybrid;  // small_hybrid()
+    int hybrid;  // 1: small_hybrid(), 2: small_hybrid_grouped()
   };
   for (const auto& [name, mha, hybrid] :
-       {Case{"fp32", false, false}, Case{"bf16", false, false}, Case{"nvfp4", false, false}, Case{"bf16", true, false},
-        Case{"fp32", false, true}, Case{"bf16", false, true}, Case{"nvfp4", false, true}}) {
-    LmSpec s = hybrid ? small_hybrid() : small_model();
+       {Case{"fp32", false, 0}, Case{"bf16", false, 0}, Case{"nvfp4", false, 0}, Case{"bf16", true, 0},
+        Case{"fp32", false, 1}, Case{"bf16", false, 1}, Case{"nvfp4", false, 1}, Case{"fp32", false, 2},
+        Case{"nvfp4", false, 2}}) {
+    LmSpec s = hybrid == 2 ? small_hybrid_grouped() : hybrid == 1 ? small_hybrid() : small_model();
     if (mha) s.kv_heads = s.heads, s.fused_qkv = false, s.tied_embeddings = true;
     INFO("pattern " << s.pattern << ", kv_heads " << s.kv_heads << ", fused_qkv " << s.fused_qkv << ", tied "
                     << s.tied_embeddings);
@@ -282,7 +295,7 @@ TEST_CASE("gpu lm: each of 20 steps agrees with the CPU step from the same state
 }
 
 TEST_CASE("gpu lm: state round trip, resume and graph replay are bit for bit", "[gpu][lm]") {
-  for (const LmSpec& s : {small_model(), small_hybrid()})
+  for (const LmSpec& s : {small_model(), small_hybrid(), small_hybrid_grouped()})
   for (const std::string name : {"nvfp4", "bf16", "fp32"}) {
     const RecipeGemmOptions opt = recipe(name, name == "nvfp4" ? lm_high_precision_linears(s, 0, 0) : std::vector<int>{});
     const LmPrecision prec{true};
