@@ -105,11 +105,11 @@ LmCudaBench lm_cuda_bench(const LmSpec& spec, const RecipeGemmOptions& opt, std:
 // operands of spec's shape, best of `repeat` from a cold L2: the chunked scan's forward kernel,
 // the mixer's whole forward and whole backward, and the bytes each must move at the least
 // (forward: x, B, C, dt in, y out; backward: the forward's cache and dout in, dzx out) beside
-// the device's measured copy bandwidth (read + write). states_bytes: what the scan backward's
+// the device's measured copy bandwidth (read + write). checkpoint_bytes: what the scan backward's
 // state checkpoints (written once, read once) add to its traffic.
 struct MambaScanBench {
   double forward_s = 0, mixer_forward_s = 0, backward_s = 0;
-  double forward_bytes = 0, backward_bytes = 0, states_bytes = 0;
+  double forward_bytes = 0, backward_bytes = 0, checkpoint_bytes = 0;
   double copy_gbps = 0;
   // One backward, kernel by kernel (events between the launches, warm L2): name, seconds.
   std::vector<std::pair<std::string, double>> backward_kernels;

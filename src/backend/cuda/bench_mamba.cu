@@ -100,7 +100,7 @@ MambaScanBench mamba_scan_bench(const LmSpec& spec, int repeat) {
   const double f = sizeof(float), R = static_cast<double>(m.R);
   r.forward_bytes = f * R * (static_cast<double>(m.CD + m.H + m.DI));
   r.backward_bytes = f * R * static_cast<double>(2 * m.W + 2 * m.CD + m.H + 3 * m.DI);
-  r.states_bytes = 2 * f * static_cast<double>(states_elements(m, batch));  // checkpoints: written, read
+  r.checkpoint_bytes = 2 * f * static_cast<double>(checkpoint_elements(m, batch));  // checkpoints: written, read
   DeviceBuffer<char> src(static_cast<std::size_t>(r.backward_bytes / 2), "cudaMalloc (bench copy)"),
       dst(src.n, "cudaMalloc (bench copy)");
   const double copy_s = timer.best_seconds(repeat, "copy (bench)", [&] {

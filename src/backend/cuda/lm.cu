@@ -332,11 +332,7 @@ struct LmCudaTrainer::Impl {
   void rmsnorm_backward(const float* n, const float* rinv, const float* g, float* dg) {
     rmsnorm_backward_rows_kernel<<<row_grid(M), kRowWarps * 32, row_smem(d), stream>>>(da->p, n, rinv, g, dh->p, M, d);
     launch_check("rmsnorm_backward_rows_kernel launch");
-    const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
-    gain_partial_kernel<<<blocks_for(chunks * d), kThreads, 0, stream>>>(da->p, n, gain_partial->p, M, d);
-    launch_check("gain_partial_kernel launch");
-    gain_sum_kernel<<<blocks_for(d), kThreads, 0, stream>>>(gain_partial->p, dg, chunks, d);
-    launch_check("gain_sum_kernel launch");
+    launch_gain_gradient(da->p, n, gain_partial->p, dg, M, d, stream);
   }
 
   void rope(float* x, std::int64_t ld, std::int64_t heads, bool inverse) {

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/launch_util.cuh"
 #include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
@@ -148,6 +149,15 @@ __global__ void gain_sum_kernel(const float* __restrict__ partial, float* __rest
     for (std::int64_t c = 0; c < chunks; ++c) acc = acc + partial[c * d + j];
     dg[j] = acc;
   }
+}
+// Both passes on stream s: dg [d] from da and n [M x d], partial holding ceil(M / kGainChunk) x d.
+inline void launch_gain_gradient(const float* da, const float* n, float* partial, float* dg, std::int64_t M,
+                                 std::int64_t d, cudaStream_t s) {
+  const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
+  gain_partial_kernel<<<blocks_for(chunks * d), kThreads, 0, s>>>(da, n, partial, M, d);
+  check(cudaGetLastError(), "gain_partial_kernel launch");
+  gain_sum_kernel<<<blocks_for(d), kThreads, 0, s>>>(partial, dg, chunks, d);
+  check(cudaGetLastError(), "gain_sum_kernel launch");
 }
 
 // ---- RoPE ----

@@ -226,7 +226,7 @@ __host__ __device__ inline std::int64_t mamba_segments(std::int64_t S) { return 
 // The checkpoints: the state after the last position of each segment, ckpt [sequence, head]
 // [segment][p N + n]. Grid (ceil(P N / threads), batch H); a thread walks one state element
 // through the sequence.
-__global__ void mamba_scan_states_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
+__global__ void mamba_scan_checkpoints_kernel(MambaDims m, const float* __restrict__ xbc, const float* __restrict__ dt,
                                          const float* __restrict__ a_log, float* __restrict__ ckpt) {
   const std::int64_t PN = m.P * m.N, task = blockIdx.y, b = task / m.H, h = task % m.H, g = h / (m.H / m.G);
   const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;

@@ -46,7 +46,7 @@ inline std::int64_t adjoint_threads(const MambaDims& m) {
 inline std::int64_t adjoint_smem_bytes(const MambaDims& m) { return mamba_adjoint_smem_floats(m.P, m.N) * 4; }
 inline std::int64_t scan_smem_bytes(const MambaDims& m) { return mamba_scan_smem_floats(m.L, m.P, m.N) * 4; }
 inline std::int64_t gate_norm_smem_bytes(const MambaDims& m) { return kRowWarps * (m.DI / m.G) * 4; }
-inline std::int64_t states_elements(const MambaDims& m, std::int64_t batch) {
+inline std::int64_t checkpoint_elements(const MambaDims& m, std::int64_t batch) {
   return batch * m.H * mamba_segments(m.S) * m.P * m.N;
 }
 
@@ -63,7 +63,7 @@ inline std::string mamba_cuda_unsupported(const LmSpec& spec) {
            " (the scan backward's shared memory)";
   if (gate_norm_smem_bytes(m) > kSmemLimit) return "mamba d_inner / groups is too large for the gated norm's shared memory";
   if (spec.batch * m.H > 65535) return "batch * mamba heads exceeds the scan backward's grid (65535)";
-  if (states_elements(m, spec.batch) > (std::int64_t{1} << 34))
+  if (checkpoint_elements(m, spec.batch) > (std::int64_t{1} << 34))
     return "the scan backward's checkpoints (batch heads seq_len / 4 head_dim state floats) exceed 64 GiB";
   return "";
 }
@@ -87,7 +87,7 @@ class MambaMixerCuda {
     const std::int64_t parts = batch_ * m_.H * m_.S * m_.N, R = m_.R;
     dy_ = mamba_buf(R * m_.DI, "cudaMalloc (mamba dy)");
     dxbc_ = mamba_buf(R * m_.CD, "cudaMalloc (mamba dxbc)");
-    hs_ = mamba_buf(states_elements(m_, batch_), "cudaMalloc (mamba backward checkpoints)");
+    ckpt_ = mamba_buf(checkpoint_elements(m_, batch_), "cudaMalloc (mamba backward checkpoints)");
     dB_part_ = mamba_buf(parts, "cudaMalloc (mamba dB parts)");
     dC_part_ = mamba_buf(parts, "cudaMalloc (mamba dC parts)");
     da_part_ = mamba_buf(parts, "cudaMalloc (mamba decay parts)");
@@ -149,17 +149,14 @@ class MambaMixerCuda {
     mamba_gate_norm_backward_kernel<<<row_blocks(), kRowWarps * 32, bytes(gate_norm_smem_bytes(m_)), s>>>(
         m_, c.zx->p, c.y->p, c.n->p, c.rinv->p, p.norm, dout, dy_->p, dzx);
     launched("mamba_gate_norm_backward_kernel", s);
-    const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
-    gain_partial_kernel<<<blocks_for(chunks * m_.DI), kThreads, 0, s>>>(dout, c.n->p, gain_partial_->p, R, m_.DI);
-    launched("gain_partial_kernel (mamba norm)", s);
-    gain_sum_kernel<<<blocks_for(m_.DI), kThreads, 0, s>>>(gain_partial_->p, g.norm, chunks, m_.DI);
-    launched("gain_sum_kernel (mamba norm)", s);
-    const dim3 states_grid(static_cast<unsigned>((m_.P * m_.N + 255) / 256), static_cast<unsigned>(batch_ * m_.H));
-    mamba_scan_states_kernel<<<states_grid, 256, 0, s>>>(m_, c.xbc->p, c.dt->p, p.a_log, hs_->p);
-    launched("mamba_scan_states_kernel", s);
+    launch_gain_gradient(dout, c.n->p, gain_partial_->p, g.norm, R, m_.DI, s);
+    launched("gain gradient (mamba norm)", s);
+    const dim3 ckpt_grid(static_cast<unsigned>((m_.P * m_.N + 255) / 256), static_cast<unsigned>(batch_ * m_.H));
+    mamba_scan_checkpoints_kernel<<<ckpt_grid, 256, 0, s>>>(m_, c.xbc->p, c.dt->p, p.a_log, ckpt_->p);
+    launched("mamba_scan_checkpoints_kernel", s);
     mamba_scan_adjoint_kernel<<<grid(batch_ * m_.H), static_cast<unsigned>(adjoint_threads(m_)),
                                 bytes(adjoint_smem_bytes(m_)), s>>>(m_, c.xbc->p, c.dt->p, p.a_log, p.d_skip, dy_->p,
-                                                                    hs_->p, dxbc_->p, dB_part_->p, dC_part_->p,
+                                                                    ckpt_->p, dxbc_->p, dB_part_->p, dC_part_->p,
                                                                     da_part_->p, GB_->p);
     launched("mamba_scan_adjoint_kernel", s);
     mamba_group_sum_kernel<<<blocks_for(R * m_.GN), kThreads, 0, s>>>(m_, dB_part_->p, dC_part_->p, dxbc_->p);
@@ -178,6 +175,7 @@ class MambaMixerCuda {
     launched("mamba_silu_backward_kernel", s);
     mamba_conv_backward_kernel<<<blocks_for(R * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, p.conv_w, dzx);
     launched("mamba_conv_backward_kernel", s);
+    const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
     mamba_conv_param_parts_kernel<<<blocks_for(chunks * (m_.K + 1) * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, c.zx->p,
                                                                                              gain_partial_->p);
     launched("mamba_conv_param_parts_kernel", s);
@@ -209,7 +207,7 @@ class MambaMixerCuda {
   MambaDims m_;
   std::int64_t batch_;
   std::vector<Mark>* marks_ = nullptr;
-  MambaBuf dy_, dxbc_, hs_, dB_part_, dC_part_, da_part_, GB_, dA_term_, dD_term_, draw_, gain_partial_, head_part_;
+  MambaBuf dy_, dxbc_, ckpt_, dB_part_, dC_part_, da_part_, GB_, dA_term_, dD_term_, draw_, gain_partial_, head_part_;
 };
 
 }  // namespace
