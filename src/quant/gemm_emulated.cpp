@@ -9,14 +9,31 @@
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
 #include "quant/dense_gemm.hpp"
+#include "quant/ref_operand.hpp"
+#include "quant/tensor_core_gemm.hpp"
+#include "ref/exact_block_gemm.hpp"
 
 namespace fp4d {
 
-std::string to_string(AccumulationOrder o) {
-  switch (o) {
-    case AccumulationOrder::Sequential:
-    default: return "sequential";
+std::string to_string(Accumulator a) {
+  switch (a) {
+    case Accumulator::Sm90: return "sm90";
+    case Accumulator::Exact: return "exact";
+    case Accumulator::Fp32Sequential:
+    default: return "fp32-sequential";
   }
+}
+
+const std::vector<std::string>& accumulator_names() {
+  static const std::vector<std::string> names = {"fp32-sequential", "sm90", "exact"};
+  return names;
+}
+
+Accumulator parse_accumulator(const std::string& name) {
+  if (name == "fp32-sequential") return Accumulator::Fp32Sequential;
+  if (name == "sm90") return Accumulator::Sm90;
+  if (name == "exact") return Accumulator::Exact;
+  throw std::invalid_argument("unknown accumulator '" + name + "' (fp32-sequential, sm90, exact)");
 }
 
 namespace {
@@ -167,15 +184,76 @@ float fp8_value(const QuantizedTensor& q, std::uint8_t c) {
 
 std::int64_t blocks_of(std::int64_t K, std::int64_t L) { return (K + L - 1) / L; }
 
+// RNE of an exact value to float32, subnormals and overflow (to +-inf) included.
+float round_to_float(const ref::ExactValue& v) {
+  if (v.significand == 0) return 0.0f;
+  const bool neg = v.significand < 0;
+  ref::bmp::cpp_int mag = neg ? ref::bmp::cpp_int(-v.significand) : v.significand;
+  const std::int64_t lead = v.exponent + static_cast<std::int64_t>(ref::bmp::msb(mag));
+  std::int64_t e = v.exponent;
+  const std::int64_t quantum = std::max<std::int64_t>(lead, -126) - 23;  // the result's last bit
+  if (quantum > e) {
+    const auto sh = static_cast<unsigned>(quantum - e);
+    const ref::bmp::cpp_int rem = mag & ((ref::bmp::cpp_int(1) << sh) - 1), half = ref::bmp::cpp_int(1) << (sh - 1);
+    mag >>= sh;
+    if (rem > half || (rem == half && ref::bmp::bit_test(mag, 0))) ++mag;
+    e = quantum;
+  }
+  if (mag != 0 && e + static_cast<std::int64_t>(ref::bmp::msb(mag)) > 127) return neg ? -INFINITY : INFINITY;
+  // mag <= 2^24 and e >= -149, below 2^128: exact in float.
+  const float r = std::ldexp(static_cast<float>(mag.convert_to<std::uint32_t>()), static_cast<int>(e));
+  return neg ? -r : r;
+}
+
+// acc = the exact sum of A's and B's products (block scales exact, no global factor), rounded
+// once; C = fl(g * acc) when with_global.
+Matrix exact_accumulation(ref::BlockOperand a, ref::BlockOperand b, bool with_global, float g) {
+  a.global_sig = b.global_sig = 1;
+  a.global_exp = b.global_exp = 0;
+  ref::ExactGemmOptions o;
+  o.keep_exact = true;
+  const ref::ExactGemmResult r = ref::exact_block_gemm_nt(a, b, o);
+  Matrix C(r.rows, r.cols);
+  for (std::size_t i = 0; i < C.data.size(); ++i) {
+    const float acc = round_to_float(r.exact[i]);
+    C.data[i] = with_global ? acc * g : acc;
+  }
+  return C;
+}
+
+// Elements times their block scales (stored orientation), for the sm90 model: exact in float,
+// and in BF16 for the GPU path's operands; throws where the product leaves float's range (the
+// GPU path refuses such operands too).
+Matrix scaled_elements(const Operand& o, std::int64_t L, bool exponents) {
+  Matrix X(o.rows, o.K);
+  for (std::int64_t r = 0; r < o.rows; ++r)
+    for (std::int64_t k = 0; k < o.K; ++k) {
+      const std::size_t blk = static_cast<std::size_t>(r * o.nb + k / L);
+      const float v = o.vals[static_cast<std::size_t>(r * o.K + k)];
+      const float x = exponents ? std::ldexp(v, o.exps[blk]) : v * o.scale[blk];
+      require(std::isfinite(x), "element (" + std::to_string(r) + ", " + std::to_string(k) +
+                                    ") times its block scale is not a finite float: the sm90 path has no exact BF16 operand for it");
+      X(r, k) = x;
+    }
+  return X;
+}
+
+void refuse_accumulator(const EmulatedGemmOptions& opt, Accumulator a, const std::string& what) {
+  if (opt.accumulator == a)
+    throw std::invalid_argument("accumulator " + to_string(a) + ": " + what);
+}
+
 }  // namespace
 
 Matrix gemm_nvfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt) {
-  (void)opt;  // only AccumulationOrder::Sequential exists
   check_nvfp4(A, B);
   const std::int64_t L = 16;
+  const float g = A.global.decode * B.global.decode;  // one float32 product
+  if (opt.accumulator == Accumulator::Exact) return exact_accumulation(block_operand(A), block_operand(B), true, g);
   const Operand a = decode_operand(A, L, false, e2m1_decode);
   const Operand b = decode_operand(B, L, false, e2m1_decode);
-  const float g = A.global.decode * B.global.decode;  // one float32 product
+  if (opt.accumulator == Accumulator::Sm90)
+    return tensor_core_gemm(scaled_elements(a, L, false), scaled_elements(b, L, false), sm90_tensor_core_model("bf16"), g);
   return blocked_gemm(
       a, b, L,
       [&](float p, std::int64_t i, std::int64_t j, std::int64_t blk) {
@@ -186,11 +264,13 @@ Matrix gemm_nvfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, c
 }
 
 Matrix gemm_mxfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt) {
-  (void)opt;
   check_mxfp4(A, B);
   const std::int64_t L = 32;
+  if (opt.accumulator == Accumulator::Exact) return exact_accumulation(block_operand(A), block_operand(B), false, 1.0f);
   const Operand a = decode_operand(A, L, true, e2m1_decode);
   const Operand b = decode_operand(B, L, true, e2m1_decode);
+  if (opt.accumulator == Accumulator::Sm90)
+    return tensor_core_gemm(scaled_elements(a, L, true), scaled_elements(b, L, true), sm90_tensor_core_model("bf16"));
   return blocked_gemm(
       a, b, L,
       [&](float p, std::int64_t i, std::int64_t j, std::int64_t blk) {
@@ -201,9 +281,12 @@ Matrix gemm_mxfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, c
 }
 
 Matrix gemm_fp8_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt) {
-  (void)opt;
   check_fp8(A, B);
+  refuse_accumulator(opt, Accumulator::Sm90,
+                     "FP8 GEMMs are not modelled (Hopper's FP8 accumulation and cuBLASLt's promotion to FP32 are "
+                     "not yet measured); sm90 models NVFP4, MXFP4, BF16 and FP16");
   const std::int64_t L = common_block(A, B);
+  if (opt.accumulator == Accumulator::Exact) return exact_accumulation(block_operand(A), block_operand(B), false, 1.0f);
   const Operand a = decode_operand(A, L, false, [&](std::uint8_t c) { return fp8_value(A, c); });
   const Operand b = decode_operand(B, L, false, [&](std::uint8_t c) { return fp8_value(B, c); });
   return blocked_gemm(
@@ -249,8 +332,7 @@ Matrix stored_dequantized(const QuantizedTensor& q) {
   return q.dequantized;
 }
 
-Matrix gemm_fp32(const Matrix& A, const Matrix& B, const EmulatedGemmOptions& opt) {
-  (void)opt;
+Matrix gemm_fp32(const Matrix& A, const Matrix& B) {
   require(A.cols == B.cols, "K mismatch: A has " + std::to_string(A.cols) + " columns, B " + std::to_string(B.cols));
   const std::int64_t M = A.rows, N = B.rows, K = A.cols;
   Matrix C(M, N);
@@ -284,7 +366,22 @@ GemmMatrixF64 gemm_f64(const Matrix& A, const Matrix& B) {
 }
 
 Matrix gemm_dequantized_fp32(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt) {
-  return gemm_fp32(stored_dequantized(A), stored_dequantized(B), opt);
+  if (opt.accumulator == Accumulator::Fp32Sequential) return gemm_fp32(stored_dequantized(A), stored_dequantized(B));
+  require(A.spec.scheme == Scheme::Cast && B.spec.scheme == Scheme::Cast,
+          "accumulator " + to_string(opt.accumulator) +
+              ": the dequantize-then-FP32 model of block-scaled operands accumulates in sequential FP32 only");
+  const Matrix a = stored_dequantized(A), b = stored_dequantized(B);
+  if (opt.accumulator == Accumulator::Exact) {
+    require(a.cols == b.cols, "K mismatch: A has " + std::to_string(a.cols) + " columns, B " + std::to_string(b.cols));
+    const std::vector<double> ad(a.data.begin(), a.data.end()), bd(b.data.begin(), b.data.end());
+    return exact_accumulation(ref::block_operand_from_doubles(ad.data(), a.rows, a.cols),
+                              ref::block_operand_from_doubles(bd.data(), b.rows, b.cols), false, 1.0f);
+  }
+  require(A.spec.element == B.spec.element &&
+              (A.spec.element == ElementFormat::BF16 || A.spec.element == ElementFormat::FP16),
+          "accumulator sm90: casts are modelled for BF16 x BF16 and FP16 x FP16 (got " + to_string(A.spec.element) +
+              " x " + to_string(B.spec.element) + ")");
+  return tensor_core_gemm(a, b, sm90_tensor_core_model(A.spec.element == ElementFormat::BF16 ? "bf16" : "fp16"));
 }
 
 GemmMatrixF64 gemm_dequantized_f64(const QuantizedTensor& A, const QuantizedTensor& B) {

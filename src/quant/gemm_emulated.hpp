@@ -71,15 +71,33 @@
 
 namespace fp4d {
 
-// Summation order of the emulated GEMMs. Only the CPU's sequential order exists today;
-// the orders of GPU kernels (split-K, tensor-core chunking, ...) are to be added here.
-enum class AccumulationOrder {
-  Sequential,  // one FP32 accumulator per output, +0 to start, terms in ascending K order
+// How the emulated GEMMs accumulate (`--accumulator`, the `accumulator` key of run configs).
+//   fp32-sequential  the loops above: one FP32 accumulator, +0 to start, terms in ascending K,
+//                    round to nearest (the CPU emulation's arithmetic since the first release).
+//   sm90             the arithmetic of the GPU path on Hopper (backend/cuda/gemm.hpp): NVFP4 and
+//                    MXFP4 elements times their block scales as BF16 values (exact), BF16 and FP16
+//                    casts as they are, each output the tensor-core model's dot product
+//                    (quant/tensor_core_model.hpp: blocks of 16 products aligned to the largest
+//                    exponent with 2 extra bits, truncated, blocks in ascending K), then the
+//                    global factor g (NVFP4) as cuBLASLt's epilogue alpha: C = fl(g * acc). The
+//                    model is the H200's bit for bit for BF16 where cuBLASLt sums in k order
+//                    (docs/findings.md); FP8 GEMMs are not modelled (std::invalid_argument).
+//   exact            every product times its block scale product, summed exactly (the
+//                    fixed-point reference, scale products exact), rounded once to float32
+//                    (RNE), then C = fl(g * acc) for NVFP4: the error that is left is the
+//                    operands' and one rounding's.
+enum class Accumulator {
+  Fp32Sequential,
+  Sm90,
+  Exact,
 };
-std::string to_string(AccumulationOrder);
+std::string to_string(Accumulator);
+// The names above; throws std::invalid_argument listing them for any other.
+Accumulator parse_accumulator(const std::string& name);
+const std::vector<std::string>& accumulator_names();
 
 struct EmulatedGemmOptions {
-  AccumulationOrder order = AccumulationOrder::Sequential;
+  Accumulator accumulator = Accumulator::Fp32Sequential;
 };
 
 // A row-major double matrix (results of the f64 variants).
@@ -110,11 +128,13 @@ std::int64_t emulated_gemm_rounding_count(const QuantizedTensor& A, const Quanti
 Matrix stored_dequantized(const QuantizedTensor& q);
 
 // Dequantize-then-GEMM: C = deq(A) deq(B)^T (stored orientation), FP32 or double accumulation.
+// For casts (BF16, FP16, ... operands) this is the GEMM itself and takes every accumulator (sm90:
+// BF16 and FP16 only); for block-scaled operands only fp32-sequential (std::invalid_argument).
 Matrix gemm_dequantized_fp32(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt = {});
 GemmMatrixF64 gemm_dequantized_f64(const QuantizedTensor& A, const QuantizedTensor& B);
 
 // Plain matrices: C = A B^T with A M x K, B N x K (same orders as above).
-Matrix gemm_fp32(const Matrix& A, const Matrix& B, const EmulatedGemmOptions& opt = {});
+Matrix gemm_fp32(const Matrix& A, const Matrix& B);
 GemmMatrixF64 gemm_f64(const Matrix& A, const Matrix& B);
 
 }  // namespace fp4d

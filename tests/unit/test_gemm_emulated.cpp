@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "format/e2m1.hpp"
@@ -574,6 +576,13 @@ TEST_CASE("invalid operands are refused") {
   REQUIRE_THROWS(gemm_mxfp4_emulated(na, na));
   REQUIRE_THROWS(gemm_block_scaled_emulated(cast, cast));
   REQUIRE_THROWS(gemm_fp32(a, b));
-  CHECK(to_string(AccumulationOrder::Sequential) == "sequential");
+  CHECK(to_string(Accumulator::Fp32Sequential) == "fp32-sequential");
+  CHECK(parse_accumulator("sm90") == Accumulator::Sm90);
+  try {
+    parse_accumulator("fp32");
+    FAIL("an unknown accumulator name was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("(fp32-sequential, sm90, exact)") != std::string::npos);
+  }
   CHECK(same_bits(gemm_block_scaled_emulated(na, na), gemm_nvfp4_emulated(na, na)));
 }

@@ -1,0 +1,207 @@
+// The tensor-core model GEMM (quant/tensor_core_gemm.hpp): a reference through tensor_core_dot
+// and a vectorised path that computes the same bits.
+#include "quant/tensor_core_gemm.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fp4d {
+
+namespace {
+
+// Exponent given to zero elements: far below any real one, so a zero product never sets a
+// block's alignment exponent, and the sum of two of them cannot overflow an int.
+constexpr int kZeroExponent = -(1 << 20);  // a product with a zero factor: below kZeroExponent / 2
+// The fast path's window for alignment exponents of blocks that hold a product (see the header).
+constexpr int kFastMinExponent = -100, kFastMaxExponent = 124;
+
+void require_same_k(const Matrix& A, const Matrix& B) {
+  if (A.cols != B.cols)
+    throw std::invalid_argument("tensor-core gemm: K mismatch (A is " + std::to_string(A.rows) + " x " +
+                                std::to_string(A.cols) + ", B is " + std::to_string(B.rows) + " x " +
+                                std::to_string(B.cols) + ")");
+}
+
+// The model's exponent of a finite nonzero x: floor(log2 |x|), at least the input format's
+// minimum normal exponent (its subnormals keep a significand below 1 there).
+int model_exponent(float x, const TensorCoreModel& m) {
+  const int biased = static_cast<int>((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu);
+  return std::max(biased == 0 ? -127 : biased - 127, m.input_min_exponent);
+}
+
+// One operand prepared for the fast path: values as they are, exponents per element.
+struct Prepared {
+  std::vector<int> exps;
+  int emin = std::numeric_limits<int>::max(), emax = std::numeric_limits<int>::min();
+  bool finite = true;
+};
+
+Prepared prepare(const Matrix& X, const TensorCoreModel& m) {
+  Prepared p;
+  p.exps.resize(X.data.size());
+  for (std::size_t i = 0; i < X.data.size(); ++i) {
+    const float x = X.data[i];
+    if (!std::isfinite(x)) {
+      p.finite = false;
+      p.exps[i] = 0;
+      continue;
+    }
+    if (x == 0.0f) {
+      p.exps[i] = kZeroExponent;
+      continue;
+    }
+    const int e = model_exponent(x, m);
+    const double scaled = std::ldexp(std::fabs(static_cast<double>(x)), m.input_fraction_bits - e);
+    if (scaled != std::floor(scaled))
+      throw std::invalid_argument("tensor-core gemm: element " + std::to_string(i) + " (" + std::to_string(x) +
+                                  ") has more significant bits than the " + m.name + " model's input format");
+    p.exps[i] = e;
+    p.emin = std::min(p.emin, e);
+    p.emax = std::max(p.emax, e);
+  }
+  return p;
+}
+
+bool model_has_fast_path(const TensorCoreModel& m) {
+  return m.group >= 1 && m.group <= 16 && m.extra_bits == 2 && m.input_fraction_bits <= 10 &&
+         m.min_exponent <= kFastMinExponent;
+}
+
+bool operands_fit(const Prepared& a, const Prepared& b) {
+  if (!a.finite || !b.finite) return false;
+  if (a.emin > a.emax || b.emin > b.emax) return true;  // an all-zero operand: every product is 0
+  return a.emin + b.emin >= kFastMinExponent && a.emax + b.emax <= kFastMaxExponent;
+}
+
+Matrix apply_alpha(Matrix C, float alpha) {
+  if (alpha != 1.0f)
+    for (float& c : C.data) c = alpha * c;
+  return C;
+}
+
+Matrix fast_gemm(const Matrix& A, const Matrix& B, const Prepared& pa, const Prepared& pb, const TensorCoreModel& m,
+                 float alpha) {
+  constexpr std::int64_t kTileRows = 4, kTileCols = 16;
+  const std::int64_t M = A.rows, N = B.rows, K = A.cols, G = m.group;
+  Matrix C(M, N);
+  if (M == 0 || N == 0) return C;
+  // B and its exponents transposed to K x Np, so the inner loops run across output columns
+  // (one lane per output); padding columns are zero and never stored.
+  const std::int64_t Np = (N + kTileCols - 1) / kTileCols * kTileCols;
+  std::vector<float> bt(static_cast<std::size_t>(K * Np), 0.0f);
+  std::vector<int> bet(static_cast<std::size_t>(K * Np), kZeroExponent);
+  for (std::int64_t j = 0; j < N; ++j)
+    for (std::int64_t k = 0; k < K; ++k) {
+      bt[static_cast<std::size_t>(k * Np + j)] = B.data[static_cast<std::size_t>(j * K + k)];
+      bet[static_cast<std::size_t>(k * Np + j)] = pb.exps[static_cast<std::size_t>(j * K + k)];
+    }
+  const std::int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = Np / kTileCols;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (std::int64_t it = 0; it < row_tiles; ++it)
+    for (std::int64_t jt = 0; jt < col_tiles; ++jt) {
+      const std::int64_t i0 = it * kTileRows, j0 = jt * kTileCols;
+      std::int64_t ri[kTileRows];
+      for (std::int64_t r = 0; r < kTileRows; ++r) ri[r] = std::min(i0 + r, M - 1);
+      float acc[kTileRows][kTileCols] = {};
+      for (std::int64_t k0 = 0; k0 < K; k0 += G) {
+        const std::int64_t k1 = std::min(K, k0 + G);
+        // Pass 1: the block's largest product exponent e_a + e_b per output.
+        int ep[kTileRows][kTileCols];
+        for (std::int64_t r = 0; r < kTileRows; ++r)
+          for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = kZeroExponent;
+        for (std::int64_t k = k0; k < k1; ++k) {
+          const int* be = bet.data() + k * Np + j0;
+          for (std::int64_t r = 0; r < kTileRows; ++r) {
+            const int ea = pa.exps[static_cast<std::size_t>(ri[r] * K + k)];
+            for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = std::max(ep[r][c], ea + be[c]);
+          }
+        }
+        // The alignment exponent E (with the accumulator's) and the scale 2^(25 - E) that puts
+        // a term's 23 + 2 kept fraction bits above the binary point. A block without a product
+        // returns c unchanged (c has 24 bits, the grid 25 below c's exponent): such lanes use
+        // a clamped E and are not updated.
+        float scale[kTileRows][kTileCols];
+        int E[kTileRows][kTileCols];
+        for (std::int64_t r = 0; r < kTileRows; ++r)
+          for (std::int64_t c = 0; c < kTileCols; ++c) {
+            const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[r][c]);
+            const int biased = static_cast<int>((cb >> 23) & 0xffu);
+            const int ec = acc[r][c] == 0.0f ? kZeroExponent : (biased == 0 ? -126 : biased - 127);
+            const int e = std::max(std::max(ep[r][c], ec), kFastMinExponent);
+            E[r][c] = e;
+            scale[r][c] = std::bit_cast<float>(static_cast<std::uint32_t>(152 - e) << 23);
+          }
+        // Pass 2: each product exact in float, scaled exactly, truncated toward zero; the
+        // block's products sum exactly in int32 (below 16 * 4 * 2^25 < 2^31).
+        std::int32_t s[kTileRows][kTileCols] = {};
+        for (std::int64_t k = k0; k < k1; ++k) {
+          const float* bk = bt.data() + k * Np + j0;
+          for (std::int64_t r = 0; r < kTileRows; ++r) {
+            const float av = A.data[static_cast<std::size_t>(ri[r] * K + k)];
+            for (std::int64_t c = 0; c < kTileCols; ++c) {
+              const float prod = av * bk[c];
+              s[r][c] += static_cast<std::int32_t>(prod * scale[r][c]);
+            }
+          }
+        }
+        // The accumulator joins in 64 bits; the sum is truncated toward zero to 24 significant
+        // bits (exact in double: |sum| < 2^32) and scaled back.
+        for (std::int64_t r = 0; r < kTileRows; ++r)
+          for (std::int64_t c = 0; c < kTileCols; ++c) {
+            if (ep[r][c] < kZeroExponent / 2) continue;  // no product in this block
+            const std::int64_t vc = static_cast<std::int32_t>(acc[r][c] * scale[r][c]);
+            const double sum = static_cast<double>(static_cast<std::int64_t>(s[r][c]) + vc);
+            const double kept = std::bit_cast<double>(std::bit_cast<std::uint64_t>(sum) & ~((std::uint64_t{1} << 29) - 1));
+            const double unit = std::bit_cast<double>(static_cast<std::uint64_t>(E[r][c] - 25 + 1023) << 52);
+            acc[r][c] = static_cast<float>(kept * unit);  // exact: 24 bits, normal (E >= -100)
+          }
+      }
+      for (std::int64_t r = 0; r < kTileRows && i0 + r < M; ++r)
+        for (std::int64_t c = 0; c < kTileCols && j0 + c < N; ++c)
+          C(i0 + r, j0 + c) = alpha == 1.0f ? acc[r][c] : alpha * acc[r][c];
+    }
+  return C;
+}
+
+}  // namespace
+
+Matrix tensor_core_gemm_reference(const Matrix& A, const Matrix& B, const TensorCoreModel& m, float alpha) {
+  require_same_k(A, B);
+  const std::int64_t M = A.rows, N = B.rows, K = A.cols;
+  Matrix C(M, N);
+  std::string error;
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      try {
+        C(i, j) = tensor_core_dot(A.data.data() + i * K, B.data.data() + j * K, K, 0.0f, m);
+      } catch (const std::invalid_argument& e) {
+#pragma omp critical
+        if (error.empty()) error = e.what();
+      }
+    }
+  }
+  if (!error.empty()) throw std::invalid_argument("tensor-core gemm: " + error);
+  return apply_alpha(std::move(C), alpha);
+}
+
+bool tensor_core_gemm_fast_path(const Matrix& A, const Matrix& B, const TensorCoreModel& m) {
+  require_same_k(A, B);
+  return model_has_fast_path(m) && operands_fit(prepare(A, m), prepare(B, m));
+}
+
+Matrix tensor_core_gemm(const Matrix& A, const Matrix& B, const TensorCoreModel& m, float alpha) {
+  require_same_k(A, B);
+  if (!model_has_fast_path(m)) return tensor_core_gemm_reference(A, B, m, alpha);
+  const Prepared pa = prepare(A, m), pb = prepare(B, m);
+  if (!operands_fit(pa, pb)) return tensor_core_gemm_reference(A, B, m, alpha);
+  return fast_gemm(A, B, pa, pb, m, alpha);
+}
+
+}  // namespace fp4d
