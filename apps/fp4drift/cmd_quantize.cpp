@@ -289,7 +289,7 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   auto* l = app.add_option("--layout", a->custom.layout, "1x16 | 16x16 (nvfp4), 1x32 (mxfp4), tensor | 1x128 | 128x128 (fp8)");
   auto* ax = app.add_option("--axis", a->custom.axis, "Block axis: 1 = along rows (last dim), 0 = along columns");
   auto* ro = app.add_option("--rounding", a->custom.rounding, "rne | rz | sr");
-  auto* sb = app.add_option("--sr-bits", a->custom.sr_bits, "Random bits of SR: exact | 1..32");
+  auto* sb = app.add_option("--sr-bits", a->custom.sr_bits, "Random bits of SR: exact | hw (cvt.rs: 8 bits per element, carry form) | 1..32");
   auto* sc = app.add_option("--scale-rule", a->custom.scale_rule, "nvfp4: te | te-legacy; mxfp4: floor | ceil | rceil");
   auto* rh = app.add_option("--rht", a->custom.rht, "Random Hadamard transform size d (0 = off, 2..256)");
   auto* rs = app.add_option("--rht-signs", a->custom.rht_signs, "te | random | none");

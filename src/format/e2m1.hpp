@@ -170,7 +170,8 @@ FP4D_HD std::uint8_t e2m1_floor_and_fraction(float a, float* f) {
   return 6u;
 }
 
-// Stochastic rounding (exact or k-bit, see rounding.hpp), saturating at 6.
+// Stochastic rounding (exact, k-bit or hw, see rounding.hpp), saturating at 6: w is the
+// element's random word, or for hw its random byte (philox_hw_byte).
 FP4D_HD std::uint8_t e2m1_sr(float y, std::uint32_t w, int sr_bits, RngStream s, std::uint64_t element_index) {
   if (is_nan_f32(y)) return 0x7u;
   const float a = abs_f32(y);
@@ -185,13 +186,18 @@ FP4D_HD std::uint8_t e2m1_sr(float y, std::uint32_t w, int sr_bits, RngStream s,
   return mag | e2m1_sign_nibble(y);
 }
 
+// The random bits SR draws for element i: its primary word, or hw SR's byte.
+FP4D_HD std::uint32_t sr_random_bits(const RoundingSpec& r, std::uint64_t element_index) {
+  return r.sr_bits == kSrHw ? philox_hw_byte(r.rng, element_index) : philox_word(r.rng, element_index);
+}
+
 // One conversion entry point for the quantizers. For SR the caller passes the element's
 // global index (its Philox counter) so that every backend draws the same bits.
 FP4D_HD std::uint8_t e2m1_round(float y, const RoundingSpec& r, std::uint64_t element_index) {
   switch (r.mode) {
     case Rounding::TowardZero: return e2m1_rz(y);
     case Rounding::Stochastic:
-      return e2m1_sr(y, philox_word(r.rng, element_index), r.sr_bits, r.rng, element_index);
+      return e2m1_sr(y, sr_random_bits(r, element_index), r.sr_bits, r.rng, element_index);
     case Rounding::NearestEven:
     default: return e2m1_rne(y);
   }

@@ -11,6 +11,15 @@
 //    result floor(t / step) * step, evaluated in exact arithmetic (r' = 2^k - 1 - r is
 //    uniform as r is): P(up) is f truncated to k bits, so limited-bit SR is biased
 //    toward zero by up to 2^-k steps. Hardware cvt.rs uses k = 8.
+//  * hw SR (kSrHw, "hw"): the Blackwell conversion cvt.rs.satfinite.e2m1x4.f32 (PTX ISA, cvt,
+//    rounding modifier .rs: "rounded in the direction toward zero or away from zero based on
+//    the carry out of the integer addition of the supplied random bits to the truncated off
+//    (discarded) bits of mantissa"). Each element gets one random byte r, added to the top 8
+//    discarded bits, floor(f * 2^8); a carry out of those 8 bits rounds the magnitude up:
+//      up  <=>  r + floor(f * 2^8) >= 2^8       so  P(up) = floor(f * 2^8) / 2^8,
+//    the distribution of 8-bit SR (r = 255 - r' maps one onto the other) but the hardware's
+//    map from bits to decision, and 8 random bits per element instead of a 32-bit word: the
+//    byte comes from the packed layout of philox.hpp (philox_hw_byte), 16 elements per call.
 //  * exact SR: P(up) = f exactly, for every float32 input. The first 32 bits decide
 //    unless they equal floor(f * 2^32); that tie (probability 2^-32) draws up to 128
 //    more bits from the element's extension counter, which always resolves it, because
@@ -28,8 +37,16 @@ enum class Rounding : std::uint8_t {
   Stochastic,      // SR, exact or with k random bits (see SrBits)
 };
 
-// Number of random bits of SR: 1..32, or kSrExact for exact SR.
+// Number of random bits of SR: 1..32, kSrExact for exact SR, or kSrHw for the hardware
+// conversion's carry form. kSrHw is negative so that no k-bit count can be mistaken for it
+// (it is what traces record as sr_bits: -8, "8 bits per element, hardware form").
 constexpr int kSrExact = 0;
+constexpr int kSrHw = -8;
+constexpr int kSrHwBits = 8;  // random bits per element of cvt.rs...e2m1x4
+
+// The hardware form's decision from the element's random byte r (0..255) and floor(f * 2^32):
+// the carry out of r + (the top 8 discarded bits).
+FP4D_HD bool sr_hw_round_up(std::uint32_t f32, std::uint32_t r) { return r + (f32 >> 24) >= 256u; }
 
 struct RoundingSpec {
   Rounding mode = Rounding::NearestEven;
@@ -63,10 +80,12 @@ FP4D_HD bool sr_exact_tie_up(float remainder, RngStream s, std::uint64_t element
 }
 
 // Decide whether a value whose fraction toward the upper neighbour is f rounds up.
-// w is the element's primary random word, philox_word(s, element_index).
+// w is the element's primary random word, philox_word(s, element_index); for kSrHw it is the
+// element's random byte, philox_hw_byte(s, element_index).
 FP4D_HD bool sr_round_up(float f, std::uint32_t w, int sr_bits, RngStream s, std::uint64_t element_index) {
   float remainder;
   const std::uint32_t f32 = sr_fraction_floor32(f, &remainder);
+  if (sr_bits == kSrHw) return sr_hw_round_up(f32, w);
   if (sr_bits == kSrExact) {
     if (w != f32) return w < f32;
     return sr_exact_tie_up(remainder, s, element_index);

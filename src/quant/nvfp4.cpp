@@ -64,7 +64,16 @@ int quantize_block16(const float* v, float e_b, const RoundingSpec& rs, std::uin
   } else if constexpr (R == Rounding::TowardZero) {
     for (int i = 0; i < kNvfp4Block; ++i) q[i] = e2m1_rz(y[i]);
   } else {
-    // first_index is a multiple of 4 (rows are padded to 16): one Philox call serves 4 elements.
+    // first_index is a multiple of 16 (rows are padded to 16): one Philox call serves 4 elements
+    // (16 with hw SR's packed layout).
+    if (rs.sr_bits == kSrHw) {
+      const Philox4x32 w = philox_hw_block(rs.rng, first_index >> 4);
+      for (int i = 0; i < kNvfp4Block; ++i) {
+        const std::uint64_t index = first_index + static_cast<std::uint64_t>(i);
+        q[i] = e2m1_sr(y[i], hw_byte_of_word(w.v[i >> 2], index), kSrHw, rs.rng, index);
+      }
+      return clipped;
+    }
     for (int g = 0; g < kNvfp4Block; g += 4) {
       const Philox4x32 w = philox_block(rs.rng, (first_index + g) >> 2);
       for (int j = 0; j < 4; ++j)
@@ -105,22 +114,23 @@ inline Philox8 philox8(Philox8 c, std::uint32_t k0, std::uint32_t k1) {
 }
 #endif
 
-// Random words for elements [first, first + n) of one row (first and n multiples of 4):
-// word i of the row is word (i % 4) of philox_block(s, (first + i) / 4), as philox_word
-// defines it. With AVX2, 8 blocks at a time; the scalar loop does the rest.
-__attribute__((noinline)) void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_t* w) {
-  const std::uint64_t b0 = first >> 2;
+// The words of Philox blocks b0 .. b0 + nblocks - 1 of stream s in order (block j's 4 words at
+// w[4j ..]), with hi_bits ORed into counter word 1 (0: the primary layout, as philox_block;
+// kHwCounterBit: hw SR's, as philox_hw_block). With AVX2, 8 blocks at a time; the scalar loop
+// does the rest.
+__attribute__((noinline)) void philox_block_words(RngStream s, std::uint64_t b0, std::int64_t nblocks,
+                                                  std::uint32_t hi_bits, std::uint32_t* w) {
   const std::uint32_t k0 = static_cast<std::uint32_t>(s.seed), k1 = static_cast<std::uint32_t>(s.seed >> 32);
   const std::uint32_t s0 = static_cast<std::uint32_t>(s.stream), s1 = static_cast<std::uint32_t>(s.stream >> 32);
   std::int64_t j = 0;
 #if defined(__AVX2__)
-  for (; j + 8 <= n / 4; j += 8) {
+  for (; j + 8 <= nblocks; j += 8) {
     const std::uint64_t b = b0 + static_cast<std::uint64_t>(j);
     // Counter low words b + 0..7 (with the carry into the high word where they wrap).
     alignas(32) std::uint32_t lo[8], hi[8];
     for (int l = 0; l < 8; ++l) {
       lo[l] = static_cast<std::uint32_t>(b + static_cast<std::uint64_t>(l));
-      hi[l] = static_cast<std::uint32_t>((b + static_cast<std::uint64_t>(l)) >> 32);
+      hi[l] = static_cast<std::uint32_t>((b + static_cast<std::uint64_t>(l)) >> 32) | hi_bits;
     }
     const Philox8 r = philox8(Philox8{_mm256_load_si256(reinterpret_cast<const __m256i*>(lo)),
                                       _mm256_load_si256(reinterpret_cast<const __m256i*>(hi)),
@@ -139,11 +149,34 @@ __attribute__((noinline)) void philox_words(RngStream s, std::uint64_t first, st
     _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
   }
 #endif
-  for (; j < n / 4; ++j) {
+  for (; j < nblocks; ++j) {
     const std::uint64_t b = b0 + static_cast<std::uint64_t>(j);
-    const Philox4x32 r =
-        philox4x32_10(Philox4x32{{static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32), s0, s1}}, k0, k1);
+    const Philox4x32 r = philox4x32_10(
+        Philox4x32{{static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32) | hi_bits, s0, s1}}, k0, k1);
     for (int i = 0; i < 4; ++i) w[4 * j + i] = r.v[i];
+  }
+}
+
+// Random words for elements [first, first + n) of one row (first and n multiples of 4):
+// word i of the row is word (i % 4) of philox_block(s, (first + i) / 4), as philox_word
+// defines it.
+void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_t* w) {
+  philox_block_words(s, first >> 2, n / 4, 0u, w);
+}
+
+// hw SR's random bytes for elements [first, first + n) of one row (first and n multiples of
+// 16), one per element in w[0 .. n) as philox_hw_byte defines them: the words of philox_hw_block
+// (first / 16 ..) into words[0 .. n / 4), then each word's four bytes to its four elements
+// (element 4q + t takes the byte at hw_byte_shift(t) of word q).
+__attribute__((noinline)) void philox_hw_bytes(RngStream s, std::uint64_t first, std::int64_t n,
+                                               std::uint32_t* __restrict words, std::uint32_t* __restrict w) {
+  philox_block_words(s, first >> 4, n / 16, kHwCounterBit, words);
+  for (std::int64_t q = 0; q < n / 4; ++q) {
+    const std::uint32_t x = words[q];
+    w[4 * q + 0] = x & 0xffu;
+    w[4 * q + 1] = (x >> 16) & 0xffu;
+    w[4 * q + 2] = (x >> 8) & 0xffu;
+    w[4 * q + 3] = x >> 24;
   }
 }
 
@@ -163,13 +196,17 @@ inline std::uint32_t sr_floor32_bits(float f, std::uint32_t* has_remainder) {
   return (m << left) >> right;
 }
 
-// Branch-free form of e2m1_sr, decided by the element's primary word w alone, so that the
-// loop over a row vectorises. It returns exactly what e2m1_sr returns, except where exact
-// SR's first 32 bits tie (w == floor(f * 2^32) and f * 2^32 is not an integer): then *tie is
-// set and the caller asks the reference function. y0 is the scaled value before the clamp:
-// |y0| is clamped to 6 on the integer bits (NaN and Inf bits compare above 6 and give 6,
-// code 7), and the sign is combined with a mask - no selects, no control flow.
-template <bool Exact>
+// Which SR decision a row loop makes (rounding.hpp): k-bit, exact, or hw's carry form.
+enum class SrKind { Bits, Exact, Hw };
+
+// Branch-free form of e2m1_sr, decided by the element's primary word w (hw: its random byte)
+// alone, so that the loop over a row vectorises. It returns exactly what e2m1_sr returns,
+// except where exact SR's first 32 bits tie (w == floor(f * 2^32) and f * 2^32 is not an
+// integer): then *tie is set and the caller asks the reference function. y0 is the scaled
+// value before the clamp: |y0| is clamped to 6 on the integer bits (NaN and Inf bits compare
+// above 6 and give 6, code 7), and the sign is combined with a mask - no selects, no control
+// flow.
+template <SrKind K>
 inline std::uint8_t e2m1_sr_fast(float y0, std::uint32_t w, int drop, std::uint8_t* tie) {
   const std::uint32_t u = float_bits(y0);
   const float a = bits_float(std::min(u & 0x7fffffffu, 0x40c00000u));  // min(|y0|, 6)
@@ -186,10 +223,15 @@ inline std::uint8_t e2m1_sr_fast(float y0, std::uint32_t w, int drop, std::uint8
   std::uint32_t has_remainder;
   const std::uint32_t f32 = sr_floor32_bits(f, &has_remainder);
   std::uint32_t up;
-  if constexpr (Exact) {
+  if constexpr (K == SrKind::Exact) {
     up = w < f32;
     *tie = static_cast<std::uint8_t>((w == f32) & has_remainder);
+  } else if constexpr (K == SrKind::Hw) {
+    (void)drop;
+    (void)has_remainder;
+    up = (w + (f32 >> 24)) >> 8;  // the carry of r + floor(f * 2^8): sr_hw_round_up
   } else {
+    (void)has_remainder;
     up = (w >> drop) < (f32 >> drop);  // r < floor(f * 2^k)
   }
   const std::uint32_t count = static_cast<std::uint32_t>(c) + base + up;  // a == 6: t = 1, count 7
@@ -203,17 +245,17 @@ inline std::uint8_t e2m1_sr_fast(float y0, std::uint32_t w, int drop, std::uint8
 // code equals the reference e2m1_round(clamp(x * e_b), rs, index) (tested).
 // noinline: vectorised as a function of its own, where the __restrict qualifiers hold
 // (inlined into the OpenMP region the aliasing information is lost).
-template <Rounding R, bool Exact = false>
+template <Rounding R, SrKind K = SrKind::Bits>
 __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, const float* __restrict e, std::int64_t n, const RoundingSpec& rs,
                        std::uint64_t first_index, const std::uint32_t* __restrict w, std::uint8_t* __restrict q,
                        std::uint8_t* __restrict tie) {
   std::int64_t clipped = 0;
-  const int drop = rs.sr_bits == kSrExact ? 0 : 32 - rs.sr_bits;
+  const int drop = K == SrKind::Bits ? 32 - rs.sr_bits : 0;
   for (std::int64_t k = 0; k < n; ++k) {
     const float y0 = x[k] * e[k];
     clipped += (abs_f32(y0) > kE2M1Max) & (abs_f32(y0) <= kFltMax);  // as clamp_e2m1_range
     if constexpr (R == Rounding::Stochastic) {
-      q[k] = e2m1_sr_fast<Exact>(y0, w[k], drop, &tie[k]);  // clamps itself
+      q[k] = e2m1_sr_fast<K>(y0, w[k], drop, &tie[k]);  // clamps itself
     } else {
       const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
       q[k] = R == Rounding::NearestEven ? e2m1_rne(y) : e2m1_rz(y);
@@ -222,7 +264,7 @@ __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, cons
   if constexpr (R == Rounding::Stochastic) {
     // Exact SR's ties (first 32 bits equal to floor(f * 2^32), probability 2^-32 per element):
     // the reference function draws the extension bits.
-    if constexpr (Exact) {
+    if constexpr (K == SrKind::Exact) {
       std::uint8_t any = 0;
       for (std::int64_t k = 0; k < n; ++k) any |= tie[k];
       if (any)
@@ -316,7 +358,9 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
     std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols));
     std::vector<std::uint32_t> keys(static_cast<std::size_t>(nblk));
     std::vector<float> ebb(static_cast<std::size_t>(nblk));
+    const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
     std::vector<std::uint32_t> words(R == Rounding::Stochastic ? static_cast<std::size_t>(pcols) : 0);
+    std::vector<std::uint32_t> hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x.data.data() + r * cols;
@@ -328,9 +372,16 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
       float* sv = out.scale_values.data() + r * nblk;
       block_scales_row(xr, nblk, g, legacy, sc, sv, eb.data(), keys.data(), ebb.data());
       const auto first = static_cast<std::uint64_t>(r * pcols);
-      if constexpr (R == Rounding::Stochastic) philox_words(spec.rounding.rng, first, pcols, words.data());
+      if constexpr (R == Rounding::Stochastic) {
+        if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, hw_words.data(), words.data());
+        else philox_words(spec.rounding.rng, first, pcols, words.data());
+      }
       if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
-        clipped += round_row<R, true>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
+        clipped += round_row<R, SrKind::Exact>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
+                                              tie.data());
+      else if (hw)
+        clipped += round_row<R, SrKind::Hw>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
+                                           tie.data());
       else
         clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
       clipped -= zero_scale_clipped(xr, eb.data(), sc, nblk);

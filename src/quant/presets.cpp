@@ -21,6 +21,12 @@ QuantSpec sr(QuantSpec s) {
   s.rounding.sr_bits = kSrExact;
   return s;
 }
+// The paper's SR: the hardware conversion's 8-bit carry form (rounding.hpp, kSrHw).
+QuantSpec sr_hw(QuantSpec s) {
+  s.rounding.mode = Rounding::Stochastic;
+  s.rounding.sr_bits = kSrHw;
+  return s;
+}
 QuantSpec rht16(QuantSpec s) {
   // The Wgrad operands: transform and quantize along the token dimension (axis 0).
   s.rht.size = 16;
@@ -77,7 +83,9 @@ const std::vector<NamedPreset>& quantize_presets() {
       {"nvfp4-2d", nv(16), "NVFP4 16x16 tiles (weights)"},
       {"nvfp4-sr", sr(nv(1)), "NVFP4 1x16, exact stochastic rounding"},
       {"nvfp4-rht", rht16(nv(1)), "NVFP4 1x16 columnwise after RHT-16 along axis 0 (Wgrad operand)"},
-      {"nvfp4-rht-sr", sr(rht16(nv(1))), "NVFP4 1x16 columnwise after RHT-16, exact SR (Wgrad dY)"},
+      {"nvfp4-rht-sr", sr(rht16(nv(1))), "NVFP4 1x16 columnwise after RHT-16, exact SR (Wgrad dY, idealised)"},
+      {"nvfp4-sr-hw", sr_hw(nv(1)), "NVFP4 1x16, hardware SR (cvt.rs: 8 random bits per element, carry form)"},
+      {"nvfp4-rht-sr-hw", sr_hw(rht16(nv(1))), "NVFP4 1x16 columnwise after RHT-16, hardware SR (the paper's Wgrad dY)"},
   };
   return presets;
 }
@@ -127,13 +135,14 @@ std::vector<std::string> expand_recipe_names(const std::vector<std::string>& nam
 
 int parse_sr_bits(const std::string& s) {
   if (s == "exact") return kSrExact;
+  if (s == "hw") return kSrHw;
   try {
     std::size_t pos = 0;
     const int k = std::stoi(s, &pos);
     if (pos == s.size() && k >= 1 && k <= 32) return k;
   } catch (const std::exception&) {
   }
-  throw std::invalid_argument("sr bits must be 'exact' or an integer in 1..32, got '" + s + "'");
+  throw std::invalid_argument("sr bits must be 'exact', 'hw' or an integer in 1..32, got '" + s + "'");
 }
 
 namespace {

@@ -34,7 +34,7 @@ struct CustomQuantOptions {
   std::string layout;            // default per format: 1x16 | 1x32 | tensor | element
   int axis = 1;
   std::string rounding = "rne";  // rne | rz | sr
-  std::string sr_bits = "exact"; // exact | 1..32
+  std::string sr_bits = "exact"; // exact | hw | 1..32
   std::string scale_rule;        // te | te-legacy (nvfp4); floor | ceil | rceil (mxfp4)
   int rht = 0;
   std::string rht_signs = "te";  // te | random | none

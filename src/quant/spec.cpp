@@ -72,7 +72,9 @@ std::string format_string(const QuantSpec& s) {
   }
   return "?";
 }
-std::string sr_bits_string(int bits) { return bits == kSrExact ? "exact" : std::to_string(bits); }
+std::string sr_bits_string(int bits) {
+  return bits == kSrExact ? "exact" : bits == kSrHw ? "hw" : std::to_string(bits);
+}
 
 namespace {
 void require(bool ok, const std::string& message) {
@@ -105,8 +107,9 @@ void validate(const QuantSpec& s) {
   }
   require(s.axis == 0 || s.axis == 1, "axis must be 0 or 1");
   require(s.rht_axis == 0 || s.rht_axis == 1, "rht axis must be 0 or 1");
-  require(s.rounding.sr_bits == kSrExact || (s.rounding.sr_bits >= 1 && s.rounding.sr_bits <= 32),
-          "sr bits must be 'exact' or 1..32");
+  require(s.rounding.sr_bits == kSrExact || s.rounding.sr_bits == kSrHw ||
+              (s.rounding.sr_bits >= 1 && s.rounding.sr_bits <= 32),
+          "sr bits must be 'exact', 'hw' or 1..32");
   if (s.rht.enabled()) {
     const int d = s.rht.size;
     require(d >= 2 && d <= 256 && (d & (d - 1)) == 0, "RHT size must be a power of two in [2, 256], got " +

@@ -72,7 +72,7 @@ std::string to_string(RhtSigns);
 std::string layout_string(const QuantSpec&);   // "1x16", "16x16", "tensor", ...
 std::string scale_rule_string(const QuantSpec&);
 std::string format_string(const QuantSpec&);   // "nvfp4", "mxfp4", "fp8-e4m3", "bf16", ...
-std::string sr_bits_string(int sr_bits);       // "exact" or the number
+std::string sr_bits_string(int sr_bits);       // "exact", "hw" or the number
 // Throws std::invalid_argument with the accepted values when the spec is inconsistent
 // (layout not allowed for the scheme, RHT size not a power of two, TE signs with d != 16, ...).
 void validate(const QuantSpec&);

@@ -35,7 +35,8 @@ struct Mode {
 };
 const Mode kModes[] = {{"rne", Rounding::NearestEven, 0},         {"rz", Rounding::TowardZero, 0},
                        {"sr exact", Rounding::Stochastic, kSrExact}, {"sr 8", Rounding::Stochastic, 8},
-                       {"sr 1", Rounding::Stochastic, 1},           {"sr 32", Rounding::Stochastic, 32}};
+                       {"sr 1", Rounding::Stochastic, 1},           {"sr 32", Rounding::Stochastic, 32},
+                       {"sr hw", Rounding::Stochastic, kSrHw}};
 
 QuantSpec make_spec(bool two_d, bool legacy, const Mode& m, std::uint64_t seed) {
   QuantSpec s = preset(two_d ? "nvfp4-2d" : "nvfp4").spec;

@@ -65,11 +65,11 @@ TEST_CASE("Dual NVFP4 (rowwise + columnwise, RHT) equals two CPU quantizations b
   for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{256, 256}, {64, 80}, {16, 16}, {48, 1040}})
     for (const bool nonfinite : {false, true}) {
       const Matrix x = input(rows, cols, nonfinite);
-      for (const char* col_name : {"nvfp4-col", "nvfp4-rht", "nvfp4-rht-sr"})
-        for (const int mode : {0, 1, 2, 3}) {  // RNE, RZ, exact SR, 8-bit SR on the rowwise side
+      for (const char* col_name : {"nvfp4-col", "nvfp4-rht", "nvfp4-rht-sr", "nvfp4-rht-sr-hw"})
+        for (const int mode : {0, 1, 2, 3, 4}) {  // RNE, RZ, exact SR, 8-bit SR, hw SR on the rowwise side
           QuantSpec row = preset("nvfp4").spec, col = preset(col_name).spec;
           row.rounding.mode = mode == 0 ? Rounding::NearestEven : mode == 1 ? Rounding::TowardZero : Rounding::Stochastic;
-          row.rounding.sr_bits = mode == 3 ? 8 : 0;
+          row.rounding.sr_bits = mode == 3 ? 8 : mode == 4 ? kSrHw : 0;
           row.rounding.rng = RngStream{41, 1};
           col.rounding.rng = RngStream{41, 2};
           INFO(rows << " x " << cols << (nonfinite ? " with Inf/NaN" : "") << ", " << col_name << ", row mode " << mode);
@@ -91,6 +91,11 @@ TEST_CASE("Dual NVFP4: legacy rule, BF16 RHT output and random signs") {
   col.rounding.rng = RngStream{5, 6};
   compare(x, row, col);
   compare(bf16_values(x), row, col, true);
+  col.rounding.sr_bits = kSrHw;  // the same with hw SR on both sides
+  row = preset("nvfp4-sr-hw").spec;
+  row.rounding.rng = RngStream{7, 8};
+  compare(x, row, col);
+  compare(bf16_values(x), row, col, true);
 }
 
 TEST_CASE("Dual NVFP4: the kernel's fast SR conversions equal e2m1_sr on all 2^32 inputs") {
@@ -100,7 +105,8 @@ TEST_CASE("Dual NVFP4: the kernel's fast SR conversions equal e2m1_sr on all 2^3
   // be used with more than 23 random bits; a random word lands in it with probability 2^-23,
   // so about 2^32 * 2^-23 = 512 of the random words (non-NaN inputs) should: at least one and
   // fewer than 2048 (Poisson(512) beyond either has probability below 1e-100).
-  for (const int sr_bits : {kSrExact, 8, 1, 23, 24, 31, 32}) {
+  // hw SR (kSrHw): random bytes, the carry's edges among them; nothing is ever undecided.
+  for (const int sr_bits : {kSrExact, 8, 1, 23, 24, 31, 32, kSrHw}) {
     std::uint32_t first_bad = 0;
     std::uint64_t undecided = 0;
     const std::uint64_t bad = cuda::dual_sr_fast_exhaustive_check(sr_bits, &first_bad, &undecided);

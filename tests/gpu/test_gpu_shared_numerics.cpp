@@ -34,9 +34,10 @@ Matrix test_row(int blocks) {
 TEST_CASE("NVFP4 blocks on the GPU equal the CPU reference bit for bit") {
   const int blocks = 4096;
   const Matrix x = test_row(blocks);
-  for (const int bits : {-1, kSrExact, 8}) {
-    QuantSpec s = preset(bits < 0 ? "nvfp4" : "nvfp4-sr").spec;
-    if (bits >= 0) s.rounding = RoundingSpec{Rounding::Stochastic, bits, RngStream{0xfeedull, 3}};
+  constexpr int kRne = 1000;  // not an SR bit count
+  for (const int bits : {kRne, kSrExact, 8, kSrHw}) {
+    QuantSpec s = preset(bits == kRne ? "nvfp4" : "nvfp4-sr").spec;
+    if (bits != kRne) s.rounding = RoundingSpec{Rounding::Stochastic, bits, RngStream{0xfeedull, 3}};
     QuantizedTensor ref;
     ref.spec = s;
     nvfp4_quantize_reference(x, s, ref);

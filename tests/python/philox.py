@@ -90,3 +90,25 @@ def sr_extension_words(index, seed: int, stream: int) -> np.ndarray:
     sl, sh = split64(_u64(stream))
     kl, kh = split64(_u64(seed))
     return np.stack(philox4x32(il, ih | np.uint64(0x80000000), sl, sh, kl, kh), axis=-1)
+
+
+# hw SR's byte of element i within its word (docs/numerics.md "Random bits"): x0 <- [7:0],
+# x1 <- [23:16], x2 <- [15:8], x3 <- [31:24] for the elements 4q .. 4q + 3 of a word.
+HW_BYTE_SHIFT = (0, 16, 8, 24)
+
+
+def sr_hw_bytes(index, seed: int, stream: int) -> np.ndarray:
+    """hw SR's random byte of element(s) `index` (docs/numerics.md, "Random bits"): byte
+    HW_BYTE_SHIFT[i % 4] of word ((i // 4) % 4) of philox(counter=(g lo, g hi | 2^30, stream lo,
+    stream hi), key=(seed lo, seed hi)), g = i // 16."""
+    i = _u64(index)
+    if np.any(i >= np.uint64(2**62)):
+        raise ValueError("element index must be < 2^62")
+    gl, gh = split64(i >> np.uint64(4))
+    sl, sh = split64(_u64(stream))
+    kl, kh = split64(_u64(seed))
+    w = np.stack(philox4x32(gl, gh | np.uint64(0x40000000), sl, sh, kl, kh), axis=0)  # [4, ...]
+    sel = ((i >> np.uint64(2)) & np.uint64(3)).astype(np.intp)
+    word = np.take_along_axis(w, np.asarray(sel)[None, ...], axis=0)[0].astype(np.uint64)
+    shift = np.array(HW_BYTE_SHIFT, dtype=np.uint64)[(i & np.uint64(3)).astype(np.intp)]
+    return (word >> shift) & np.uint64(0xFF)

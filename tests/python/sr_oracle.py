@@ -15,6 +15,8 @@ Stochastic rounding of y (float32, already clamped to [-6, 6]) to E2M1
   (philox.sr_extension_words) with the next base-2^32 digits d_1..d_4 of rho in order;
   the first difference decides (e_n < d_n -> up, e_n > d_n -> down); all equal -> down.
   (rho == 0 -> down.)  This is "up iff U < f" with U = 0.w e_1 e_2 e_3 e_4 in base 2^32.
+* hw SR (bits = HW, the CLI's --sr-bits hw, sr_bits = -8 in the trace): r = the element's random
+  byte (philox.sr_hw_bytes); up iff r + floor(f * 2^8) >= 2^8 (the carry form).
 * The sign of y is kept (negative values rounding to 0 give code 8).
 """
 
@@ -99,11 +101,14 @@ def kbit_sr_up(fr: SRFraction, w: int, k: int) -> bool:
     return (int(w) >> (32 - k)) < fr.floor_k(k)
 
 
+HW = -8  # hw SR, as traces record it
+
+
 def e2m1_sr_codes(y, index, seed: int, stream: int, bits: int) -> np.ndarray:
     """E2M1 stochastic rounding of float32 y (clamped to [-6, 6]) -> codes (uint8).
 
     `index`: element indices (same shape as y) in the stored layout.  bits = 0: exact SR,
-    1..32: k-bit SR.  Finite inputs only.
+    1..32: k-bit SR, HW: hw SR.  Finite inputs only.
     """
     y = o._as_f32_array(y)
     if not np.all(np.isfinite(y)):
@@ -119,6 +124,13 @@ def e2m1_sr_codes(y, index, seed: int, stream: int, bits: int) -> np.ndarray:
     fr = [sr_fraction(v) for v in uniq]
     lo = np.array([r.lo_code for r in fr], dtype=np.uint8)[inv]
     hi = np.array([r.hi_code for r in fr], dtype=np.uint8)[inv]
+    if bits == HW:
+        r = philox.sr_hw_bytes(index, seed, stream)
+        f8 = np.array([r_.floor_k(8) for r_ in fr], dtype=np.uint64)[inv]
+        up = (r + f8) >= np.uint64(256)
+        up &= hi != lo
+        code = np.where(up, hi, lo).astype(np.uint8)
+        return code | (np.signbit(y).astype(np.uint8) << np.uint8(3))
     w = philox.sr_primary_words(index, seed, stream).astype(np.uint64)
     if bits == 0:
         fl = np.array([r.floor32 for r in fr], dtype=np.uint64)[inv]

@@ -342,7 +342,7 @@ def _case(tensor, args, fmt="nvfp4", layout="1x16", axis=1, bits=0, seed=0, stre
 def _custom(tensor, fmt, bits, axis=1, layout=None, seed=0, stream=0):
     layout = layout or ("1x16" if fmt == "nvfp4" else "1x32")
     args = ["--format", fmt, "--layout", layout, "--rounding", "sr",
-            "--sr-bits", "exact" if bits == 0 else str(bits)]
+            "--sr-bits", "exact" if bits == 0 else "hw" if bits == so.HW else str(bits)]
     if layout != "16x16":
         args += ["--axis", str(axis)]
     if seed:
@@ -380,6 +380,16 @@ for _k in (8, 0, 2):
     SR_CASES[f"nvfp4-16x16-{_n}-odd"] = _custom("odd_37x50", "nvfp4", _k, layout="16x16", seed=5)
     SR_CASES[f"nvfp4-16x16-{_n}-tiny"] = _custom("tiny_rows_32x64", "nvfp4", _k, layout="16x16",
                                                  seed=6, stream=2)
+for _k, _n in ((so.HW, "hw"),):
+    SR_CASES[f"nvfp4-{_n}-axis1-odd"] = _custom("odd_37x50", "nvfp4", _k, 1, seed=7, stream=1)
+    SR_CASES[f"nvfp4-{_n}-axis0-small"] = _custom("small_48x64", "nvfp4", _k, 0, seed=3, stream=STREAM_HI)
+    SR_CASES[f"nvfp4-16x16-{_n}-odd"] = _custom("odd_37x50", "nvfp4", _k, layout="16x16", seed=SEED_HI)
+    SR_CASES[f"mxfp4-{_n}-axis1-odd"] = _custom("odd_37x50", "mxfp4", _k, 1, seed=11)
+    SR_CASES[f"mxfp4-{_n}-axis0-normal"] = _custom("normal_64x96", "mxfp4", _k, 0, seed=11, stream=9)
+SR_CASES["preset-sr-hw"] = _case("odd_37x50", ["-r", "nvfp4-sr-hw", "--seed", str(U64MAX), "--stream", "5"],
+                                 bits=so.HW, seed=U64MAX, stream=5, recipe="nvfp4-sr-hw")
+SR_CASES["preset-rht-sr-hw"] = _case("normal_64x96", ["-r", "nvfp4-rht-sr-hw", "--seed", "99"],
+                                     bits=so.HW, seed=99, recipe="nvfp4-rht-sr-hw", rht=True)
 SR_CASES["mxfp4-k8-axis1-odd"] = _custom("odd_37x50", "mxfp4", 8, 1, seed=11)
 SR_CASES["mxfp4-k8-axis0-normal"] = _custom("normal_64x96", "mxfp4", 8, 0, seed=11, stream=9)
 SR_CASES["mxfp4-k8-axis1-tiny"] = _custom("tiny_rows_32x64", "mxfp4", 8, 1)

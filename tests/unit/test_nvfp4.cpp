@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "format/bf16.hpp"
+#include "quant/nvfp4_math.hpp"
 #include "quant/quantize.hpp"
 #include "quant/presets.hpp"
 #include "support/catch.hpp"
@@ -900,7 +901,7 @@ TEST_CASE("nvfp4 SR: P(up) over many identical scaled values, exact and 2-bit") 
     x.data[16 * b] = 6.0f;
     for (int i = 1; i < 16; ++i) x.data[16 * b + i] = v;
   }
-  for (int bits : {kSrExact, 2}) {
+  for (int bits : {kSrExact, 2, kSrHw}) {
     INFO("sr bits " << bits);
     QuantSpec spec = spec_of("nvfp4-sr");
     spec.rounding.sr_bits = bits;
@@ -918,7 +919,7 @@ TEST_CASE("nvfp4 SR: P(up) over many identical scaled values, exact and 2-bit") 
         }
       }
     }
-    const double p = bits == kSrExact ? f : std::floor(f * 4) / 4;
+    const double p = bits == kSrExact ? f : bits == kSrHw ? std::floor(f * 256) / 256 : std::floor(f * 4) / 4;
     const double t = std::sqrt(std::log(2.0 / 1e-9) / (2.0 * static_cast<double>(n)));
     const double p_hat = static_cast<double>(up) / static_cast<double>(n);
     INFO("p_hat " << p_hat << " expected " << p << " +- " << t);
@@ -965,5 +966,91 @@ TEST_CASE("nvfp4 SR in every layout: codes are the floor or ceiling neighbour of
       CHECK(ups > 0);  // both directions occur
       CHECK(downs > 0);
     }
+  }
+}
+
+namespace {
+// The signed error of SR in units of each element's E2M1 step, measured on a quantized tensor:
+// y = x * e_b (the value the quantizer rounded, float32 as it computes it), e = (|q| - |y|) /
+// step, over the elements with |y| < 6 in blocks with a non-zero scale (the clipped maxima
+// round alike in every mode). For hw SR the expectation of e given y is -(f - floor(256 f) /
+// 256), in (-2^-8, 0]; for exact SR 0. Also summed: that prediction for hw, and the relative
+// magnitude bias sum(|x_hat| - |x|) / sum |x| over the same elements.
+struct SrBias {
+  double mean = 0, se = 0, predicted_hw = 0, rel = 0;
+  std::int64_t n = 0;
+};
+SrBias sr_bias(const Matrix& x, const QuantizedTensor& q) {
+  double sum = 0, sum2 = 0, pred = 0, dev = 0, mag = 0;
+  std::int64_t n = 0;
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t c = 0; c < x.cols; ++c) {
+      const std::uint8_t s = q.scale_codes[static_cast<std::size_t>(r * q.scale_cols + c / 16)];
+      if ((s & 0x7fu) == 0) continue;
+      const float e_b = nvfp4_block_encode_scale(s, q.global.decode);
+      const double a = std::fabs(static_cast<double>(x(r, c) * e_b));
+      if (a >= 6.0) continue;
+      const double step = a < 2.0 ? 0.5 : a < 4.0 ? 1.0 : 2.0;
+      const double lo = std::floor(a / step) * step, f = (a - lo) / step;  // exact (dyadic)
+      const double e = (std::fabs(static_cast<double>(e2m1_decode(q.code_at(r, c)))) - a) / step;
+      sum += e;
+      sum2 += e * e;
+      pred += -(f - std::floor(f * 256.0) / 256.0);
+      dev += std::fabs(static_cast<double>(q.dequantized(r, c))) - std::fabs(static_cast<double>(x(r, c)));
+      mag += std::fabs(static_cast<double>(x(r, c)));
+      ++n;
+    }
+  SrBias b;
+  b.n = n;
+  b.mean = sum / static_cast<double>(n);
+  b.se = std::sqrt((sum2 / static_cast<double>(n) - b.mean * b.mean) / static_cast<double>(n - 1));
+  b.predicted_hw = pred / static_cast<double>(n);
+  b.rel = dev / mag;
+  return b;
+}
+}  // namespace
+
+TEST_CASE("hw SR bias against exact SR: measured mean error within the derived bounds", "[bias][hw]") {
+  // z: the two-sided normal quantile for a false alarm of 1e-9 per comparison (the means are
+  // of 2^22 .. 2^24 bounded, independent terms: the normal approximation holds to ~1e-3).
+  constexpr double z = 6.109;
+  // (1) 2^24 N(0,1) elements, NVFP4 1x16. (2) Values designed for the largest truncation: blocks
+  // [6, 15 values] with A = 6 (S_b = 448, e_b = 1, y = x exactly, hand-worked case (a)) whose
+  // fractions lie 2^-20 below k/256 on every interval, f - floor(256 f)/256 = 2^-8 - 2^-20.
+  Matrix normal(4096, 4096);
+  std::mt19937_64 gen(20261204);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : normal.data) v = nd(gen);
+  Matrix designed(1024, 4096);
+  const double los[] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0}, steps[] = {0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 2.0};
+  for (std::int64_t i = 0; i < designed.size(); ++i) {
+    const std::int64_t k = (i * 37) % 256, iv = (i / 256) % 7;
+    const double f = std::ldexp(static_cast<double>(k + 1), -8) - std::ldexp(1.0, -20);
+    designed.data[static_cast<std::size_t>(i)] =
+        i % 16 == 0 ? 6.0f : static_cast<float>((i % 2 ? -1.0 : 1.0) * (los[iv] + f * steps[iv]));
+  }
+  for (const bool is_designed : {false, true}) {
+    const Matrix& x = is_designed ? designed : normal;
+    SrBias b[2];
+    for (int m = 0; m < 2; ++m) {
+      QuantSpec spec = spec_of("nvfp4-sr");
+      spec.rounding.sr_bits = m == 0 ? kSrExact : kSrHw;
+      spec.rounding.rng = RngStream{0xb1a5ull + static_cast<std::uint64_t>(m), 3};
+      b[m] = sr_bias(x, quantize_cpu(x, spec));
+    }
+    const double diff = b[1].mean - b[0].mean, diff_se = std::hypot(b[0].se, b[1].se);
+    std::printf("hw SR bias, %s: n = %lld; mean error in steps: exact %.4e +- %.1e, hw %.4e +- %.1e (predicted "
+                "%.4e), hw - exact %.4e +- %.1e (1 s.e.); relative magnitude bias exact %.3e, hw %.3e\n",
+                is_designed ? "f 2^-20 below k/256" : "2^24 N(0,1), 1x16", static_cast<long long>(b[0].n), b[0].mean,
+                b[0].se, b[1].mean, b[1].se, b[1].predicted_hw, diff, diff_se, b[0].rel, b[1].rel);
+    INFO((is_designed ? "designed" : "normal"));
+    CHECK(b[0].n == b[1].n);
+    CHECK(std::fabs(b[0].mean) <= z * b[0].se);                    // exact SR: unbiased
+    CHECK(std::fabs(b[1].mean - b[1].predicted_hw) <= z * b[1].se);  // hw: its derived bias
+    CHECK(b[1].predicted_hw <= 0.0);
+    CHECK(b[1].predicted_hw > -std::ldexp(1.0, -8));                 // the 2^-8 step bound
+    CHECK(diff - z * diff_se < 0.0);                                  // hw is measurably lower
+    CHECK(diff + z * diff_se > -std::ldexp(1.0, -8));
+    if (is_designed) CHECK(std::fabs(b[1].predicted_hw + (std::ldexp(1.0, -8) - std::ldexp(1.0, -20))) < 1e-12);
   }
 }

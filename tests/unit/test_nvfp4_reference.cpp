@@ -28,7 +28,8 @@ TEST_CASE("optimised NVFP4 equals the reference bit for bit") {
   const Mode modes[] = {{"rne", Rounding::NearestEven, 0}, {"rz", Rounding::TowardZero, 0},
                         {"sr exact", Rounding::Stochastic, kSrExact}, {"sr 1", Rounding::Stochastic, 1},
                         {"sr 8", Rounding::Stochastic, 8}, {"sr 24", Rounding::Stochastic, 24},
-                        {"sr 25", Rounding::Stochastic, 25}, {"sr 32", Rounding::Stochastic, 32}};
+                        {"sr 25", Rounding::Stochastic, 25}, {"sr 32", Rounding::Stochastic, 32},
+                        {"sr hw", Rounding::Stochastic, kSrHw}};
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{64, 256}, {37, 50}, {1, 17}, {33, 16}};
   for (const bool two_d : {false, true})
     for (const bool legacy : {false, true})
@@ -90,7 +91,7 @@ TEST_CASE("exact SR ties: the fast path hands them to the reference function") {
 
 TEST_CASE("results do not depend on the number of threads") {
   const Matrix x = random_matrix(96, 160, 5, false);
-  for (const char* name : {"nvfp4", "nvfp4-sr", "nvfp4-2d"}) {
+  for (const char* name : {"nvfp4", "nvfp4-sr", "nvfp4-2d", "nvfp4-sr-hw"}) {
     QuantSpec s = preset(name).spec;
     s.rounding.rng = RngStream{9, 1};
     QuantizedTensor one, two;
@@ -143,4 +144,75 @@ TEST_CASE("branch-free E4M3 helpers equal the reference conversions") {
 
 TEST_CASE("branch-free E4M3 encode: all non-negative float32 inputs", "[long]") {
   check_e4m3_helpers(0, 0x7f800000u, 1);
+}
+
+TEST_CASE("hw SR: the vectorised path equals the reference on many shapes, 1 and 2 threads", "[hw]") {
+  // Row lengths around the AVX2 Philox batch (8 calls = 128 elements) and partial blocks.
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},   {1, 15},  {3, 16},   {2, 17},  {7, 127},
+                                                          {5, 128}, {4, 129}, {9, 400},  {33, 48}, {17, 1000},
+                                                          {64, 256}, {2, 2050}};
+  for (const bool two_d : {false, true})
+    for (const bool axis0 : {false, true})
+      for (const auto& [rows, cols] : shapes) {
+        if (two_d && axis0) continue;
+        QuantSpec s = preset(two_d ? "nvfp4-2d" : "nvfp4").spec;
+        s.axis = axis0 ? 0 : 1;
+        s.rounding = RoundingSpec{Rounding::Stochastic, kSrHw, RngStream{0xabcdef0123456789ull + cols, 0x77ull << 40}};
+        const Matrix x = random_matrix(rows, cols, 77 + static_cast<std::uint64_t>(rows * cols), rows % 2 == 1);
+        QuantizedTensor fast, ref, two;
+        fast.spec = ref.spec = two.spec = s;
+        const Matrix stored = axis0 ? transpose(x) : x;  // the reference quantizes the stored orientation
+        omp_set_num_threads(1);
+        nvfp4_quantize_cpu(stored, s, fast);
+        omp_set_num_threads(2);
+        nvfp4_quantize_cpu(stored, s, two);
+        nvfp4_quantize_reference(stored, s, ref);
+        INFO(rows << "x" << cols << (two_d ? " 16x16" : " 1x16") << (axis0 ? " axis 0" : ""));
+        require_identical(fast, ref);
+        require_identical(two, ref);
+      }
+}
+
+TEST_CASE("hw SR: every element's decision is the carry of its documented byte", "[hw]") {
+  // Blocks whose amax is 6 with the global amax 2688 (s_enc = 1, S_b = 1, e_b = 1 exactly), all
+  // other values 1.25: f = 1/2, floor(256 f) = 128, so an element rounds up (code 3, 1.5) iff
+  // its byte is >= 128, else down (code 2, 1.0). The byte is recomputed here from philox.hpp's
+  // layout with the generator called on a counter built by hand; element (r, c) has index
+  // r * padded_cols + c in the stored layout.
+  for (const bool two_d : {false, true})
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 50}, {16, 128}, {3, 2000}}) {
+      Matrix x(rows, cols, 1.25f);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; c += 16) x(r, c) = 6.0f;
+      x(0, 0) = 2688.0f;
+      QuantSpec s = preset(two_d ? "nvfp4-2d" : "nvfp4").spec;
+      s.rounding = RoundingSpec{Rounding::Stochastic, kSrHw, RngStream{0x5eed5eed5eed5eedull, 0xabcull}};
+      QuantizedTensor q;
+      q.spec = s;
+      nvfp4_quantize_cpu(x, s, q);
+      const std::int64_t pcols = q.padded_cols;
+      std::int64_t checked = 0, wrong = 0, ups = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+          if (c % 16 == 0 || (c < 16 && (r == 0 || (two_d && r < 16)))) continue;  // the 6s and 2688's block
+          const auto i = static_cast<std::uint64_t>(r * pcols + c);
+          const std::uint64_t g = i / 16;
+          const Philox4x32 b = philox4x32_10(
+              Philox4x32{{static_cast<std::uint32_t>(g), static_cast<std::uint32_t>(g >> 32) | 0x40000000u,
+                          static_cast<std::uint32_t>(s.rounding.rng.stream),
+                          static_cast<std::uint32_t>(s.rounding.rng.stream >> 32)}},
+              static_cast<std::uint32_t>(s.rounding.rng.seed), static_cast<std::uint32_t>(s.rounding.rng.seed >> 32));
+          const unsigned shift[4] = {0, 16, 8, 24};
+          const std::uint32_t byte = (b.v[(i / 4) % 4] >> shift[i % 4]) & 0xffu;
+          const std::uint8_t code = (q.codes[i / 2] >> (4 * (i % 2))) & 0xfu;
+          wrong += code != (byte >= 128u ? 3u : 2u);
+          ups += code == 3u;
+          ++checked;
+        }
+      INFO(rows << "x" << cols << (two_d ? " 16x16" : " 1x16"));
+      CHECK(checked > rows * cols / 2);
+      CHECK(wrong == 0);
+      CHECK(ups > 0);
+      CHECK(ups < checked);
+    }
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/philox.hpp"
@@ -220,4 +221,61 @@ TEST_CASE("philox_word is uniform: top-8-bit chi-square and per-bit frequencies"
       CHECK(dev < t_bit);
     }
   }
+}
+
+TEST_CASE("philox hw layout: counter = (i/16, stream) with bit 30 of word 1, word (i/4)%4, byte {0,16,8,24}[i%4]",
+          "[philox][hw]") {
+  const RngStream streams[] = {{0, 0}, {0x0123456789abcdefull, 0}, {0, 0xfedcba9876543210ull},
+                               {0xdeadbeefcafef00dull, 0x0000000100000002ull}};
+  const std::uint64_t indices[] = {0,  1,  2,  3,  4,  5,  6,  7,  15, 16, 17, 1000003, (std::uint64_t{1} << 36) + 9,
+                                   (std::uint64_t{0x123456789} << 4) + 14, kMaxRngElementIndex};
+  const unsigned shift[4] = {0, 16, 8, 24};
+  for (const RngStream& s : streams)
+    for (std::uint64_t i : indices) {
+      CAPTURE(s.seed, s.stream, i);
+      const std::uint64_t g = i / 16;
+      const Philox4x32 expect =
+          philox4x32_10(ctr(static_cast<std::uint32_t>(g), static_cast<std::uint32_t>(g >> 32) | 0x40000000u,
+                            static_cast<std::uint32_t>(s.stream), static_cast<std::uint32_t>(s.stream >> 32)),
+                        static_cast<std::uint32_t>(s.seed), static_cast<std::uint32_t>(s.seed >> 32));
+      const Philox4x32 block = philox_hw_block(s, g);
+      for (int k = 0; k < 4; ++k) CHECK(block.v[k] == expect.v[k]);
+      CHECK(philox_hw_byte(s, i) == ((expect.v[(i / 4) % 4] >> shift[i % 4]) & 0xffu));
+      CHECK(hw_byte_shift(i) == static_cast<int>(shift[i % 4]));
+    }
+  // One call serves 16 consecutive elements, each byte of its 4 words used exactly once.
+  const RngStream s{42, 7};
+  for (std::uint64_t g : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{987654321}}) {
+    const Philox4x32 b = philox_hw_block(s, g);
+    std::set<std::pair<int, int>> used;  // (word, byte shift)
+    for (std::uint64_t t = 0; t < 16; ++t) {
+      const std::uint64_t i = 16 * g + t;
+      used.insert({static_cast<int>(t / 4), hw_byte_shift(i)});
+      CHECK(philox_hw_byte(s, i) == ((b.v[t / 4] >> hw_byte_shift(i)) & 0xffu));
+    }
+    CHECK(used.size() == 16);
+  }
+}
+
+TEST_CASE("philox: hw counters never coincide with primary or extension counters", "[philox][hw]") {
+  // Structural: word 1 of a counter is (j_hi) for primary counters (j = i/4 < 2^60: bits 28-31
+  // clear), (i_hi | 2^31) for extension ones and (g_hi | 2^30) for hw ones (g = i/16 < 2^58:
+  // bits 26-31 of g_hi clear), for every i <= kMaxRngElementIndex: the bit pairs (31, 30) are
+  // 00, 1x and 01. Checked at the range's edges, then on the outputs of a run of indices.
+  for (std::uint64_t i : {std::uint64_t{0}, kMaxRngElementIndex, kMaxRngElementIndex - 15, std::uint64_t{1} << 61}) {
+    const std::uint32_t primary = static_cast<std::uint32_t>((i / 4) >> 32);
+    const std::uint32_t hw = static_cast<std::uint32_t>((i / 16) >> 32) | 0x40000000u;
+    CHECK((primary >> 30) == 0u);
+    CHECK((hw >> 30) == 1u);
+  }
+  const RngStream s{0x9e3779b97f4a7c15ull, 3};
+  std::set<std::array<std::uint32_t, 4>> blocks;
+  constexpr std::uint64_t n = 4096;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const Philox4x32 p = philox_block(s, i), e = philox_extension(s, i), h = philox_hw_block(s, i);
+    blocks.insert({p.v[0], p.v[1], p.v[2], p.v[3]});
+    blocks.insert({e.v[0], e.v[1], e.v[2], e.v[3]});
+    blocks.insert({h.v[0], h.v[1], h.v[2], h.v[3]});
+  }
+  CHECK(blocks.size() == 3 * n);
 }

@@ -481,3 +481,98 @@ TEST_CASE("32-bit SR equals exact SR except on the tie", "[sr]") {
     CHECK_FALSE(sr_round_up(f, F, 32, s, 0));
   }
 }
+
+// ---- hw SR (cvt.rs...e2m1x4's carry form) --------------------------------------------------
+
+namespace {
+// Fractions at and next to the 1/256 boundaries, where hw SR's truncation of f is largest
+// (just below k/256) and smallest (at k/256), plus 0 and the largest fraction below 1.
+std::vector<double> boundary_fractions() {
+  std::vector<double> fs = {0.0, std::ldexp(1.0, -20), 1.0 - std::ldexp(1.0, -22)};
+  for (int k : {1, 2, 3, 64, 127, 128, 129, 200, 254, 255}) {
+    const double b = std::ldexp(static_cast<double>(k), -8);
+    for (double d : {0.0, -std::ldexp(1.0, -20), std::ldexp(1.0, -20), -std::ldexp(1.0, -12)}) fs.push_back(b + d);
+  }
+  return fs;
+}
+}  // namespace
+
+TEST_CASE("hw SR: all 256 random bytes round up exactly floor(256 f) times, on every interval", "[sr][hw]") {
+  const RngStream unused{11, 12};  // hw SR draws no extension bits
+  std::vector<float> ys = sr_inputs();
+  for (unsigned c = 0; c < 7; ++c)  // every E2M1 interval, the subnormal 0 - 0.5 step included
+    for (double f : boundary_fractions())
+      for (double s : {1.0, -1.0}) ys.push_back(make_y(c, f, s));
+  std::uint64_t checked = 0;
+  for (float y : ys) {
+    CAPTURE(y);
+    const Interval iv = interval_of(y);  // f of the float y, exactly
+    const std::uint8_t lo = static_cast<std::uint8_t>(iv.lo_code | sign_nibble(y));
+    const std::uint8_t hi = static_cast<std::uint8_t>((iv.lo_code + 1) | sign_nibble(y));
+    const double f8 = std::floor(std::ldexp(iv.f, 8));
+    std::uint32_t ups = 0, others = 0, carry_mismatch = 0, k8_mismatch = 0;
+    for (std::uint32_t r = 0; r < 256; ++r) {
+      const std::uint8_t q = e2m1_sr(y, r, kSrHw, unused, r);
+      ups += q == hi;
+      others += q != hi && q != lo;
+      // The definition written out: the carry out of the 8-bit sum r + floor(f 2^8).
+      carry_mismatch += (q == hi) != (r + static_cast<std::uint32_t>(f8) >= 256u);
+      // The same distribution as 8-bit SR with r' = 255 - r in the word's top byte.
+      k8_mismatch += q != e2m1_sr(y, (255u - r) << 24, 8, unused, r);
+    }
+    CHECK(ups == f8);
+    CHECK(others == 0);
+    CHECK(carry_mismatch == 0);
+    CHECK(k8_mismatch == 0);
+    ++checked;
+  }
+  CHECK(checked > 500);
+}
+
+TEST_CASE("hw SR saturates at 6, maps NaN to 0x7 and keeps the sign as the other modes", "[sr][hw]") {
+  const RngStream s{1, 1};
+  for (std::uint32_t r : {0u, 1u, 128u, 255u}) {
+    CAPTURE(r);
+    CHECK(e2m1_sr(6.0f, r, kSrHw, s, 0) == 0x7);
+    CHECK(e2m1_sr(std::nextafter(6.0f, 0.0f), r, kSrHw, s, 0) == (r == 0 ? 0x6 : 0x7));  // f = 1 - 2^-22
+    CHECK(e2m1_sr(7.5f, r, kSrHw, s, 0) == 0x7);
+    CHECK(e2m1_sr(std::numeric_limits<float>::infinity(), r, kSrHw, s, 0) == 0x7);
+    CHECK(e2m1_sr(-1e30f, r, kSrHw, s, 0) == 0xf);
+    CHECK(e2m1_sr(std::nanf(""), r, kSrHw, s, 0) == 0x7);
+    CHECK(e2m1_sr(-std::nanf(""), r, kSrHw, s, 0) == 0x7);
+    CHECK(e2m1_sr(-0.0f, r, kSrHw, s, 0) == 0x8);
+    CHECK(e2m1_sr(0.0f, r, kSrHw, s, 0) == 0x0);
+    // Below 2^-8 of the 0.5 step (f < 2^-8) no byte rounds up: floor(256 f) = 0.
+    CHECK(e2m1_sr(std::ldexp(1.0f, -10), r, kSrHw, s, 0) == 0x0);
+    CHECK(e2m1_sr(-std::ldexp(1.0f, -10), r, kSrHw, s, 0) == 0x8);
+  }
+  // f = 2^-8 exactly on the 0.5 step: only r = 255 carries.
+  CHECK(e2m1_sr(std::ldexp(1.0f, -9), 255u, kSrHw, s, 0) == 0x1);
+  CHECK(e2m1_sr(std::ldexp(1.0f, -9), 254u, kSrHw, s, 0) == 0x0);
+}
+
+TEST_CASE("hw SR through e2m1_round draws the packed layout's byte", "[sr][hw]") {
+  RoundingSpec spec{Rounding::Stochastic, kSrHw, RngStream{0xfeedfacecafebeefull, 0x0123456789abcdefull}};
+  constexpr std::uint64_t n = 4096;
+  std::uint64_t diff = 0, ups = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const float y = 1.0f + 0.25f;  // f = 1/2: up iff r >= 128
+    // The layout written out from the definition in philox.hpp, with the generator itself
+    // called on a counter built here.
+    const std::uint64_t g = i / 16;
+    const Philox4x32 c{{static_cast<std::uint32_t>(g), static_cast<std::uint32_t>(g >> 32) | 0x40000000u,
+                        static_cast<std::uint32_t>(spec.rng.stream), static_cast<std::uint32_t>(spec.rng.stream >> 32)}};
+    const Philox4x32 b =
+        philox4x32_10(c, static_cast<std::uint32_t>(spec.rng.seed), static_cast<std::uint32_t>(spec.rng.seed >> 32));
+    const unsigned shift[4] = {0, 16, 8, 24};  // x0 <- f [7:0], x1 <- e [23:16], x2 <- b [15:8], x3 <- a [31:24]
+    const std::uint32_t r = (b.v[(i / 4) % 4] >> shift[i % 4]) & 0xffu;
+    const std::uint8_t q = e2m1_round(y, spec, i);
+    diff += q != (r >= 128u ? 0x3u : 0x2u);
+    ups += q == 0x3u;
+  }
+  CHECK(diff == 0);
+  double lo, hi;
+  acceptance_interval(n, 0.5, &lo, &hi);
+  CHECK(static_cast<double>(ups) / n >= lo);
+  CHECK(static_cast<double>(ups) / n <= hi);
+}

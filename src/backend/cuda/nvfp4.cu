@@ -229,10 +229,20 @@ __global__ void __launch_bounds__(kThreads)
 // Round one lane's elements (already scaled and clamped) into q. For SR the lane's first
 // element index is a multiple of 4, so one Philox call gives the words of 4 elements
 // (philox_word(s, i) is philox_block(s, i >> 2).v[i & 3]): the draws are e2m1_round's.
+// hw SR instead takes the lane's N / 4 words of its block's philox_hw_block, hw_words (handed
+// out by hw_lane_words): element first + j reads the byte at hw_byte_shift of word j / 4.
 template <Rounding R, int N>
 __device__ __forceinline__ void round_lane(const float* y, const RoundingSpec& r, std::uint64_t first,
-                                           std::uint8_t* q) {
+                                           const std::uint32_t* hw_words, std::uint8_t* q) {
   if constexpr (R == Rounding::Stochastic) {
+    if (r.sr_bits == kSrHw) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const std::uint64_t index = first + static_cast<std::uint64_t>(j);
+        q[j] = e2m1_sr(y[j], hw_byte_of_word(hw_words[j >> 2], index), kSrHw, r.rng, index);
+      }
+      return;
+    }
 #pragma unroll
     for (int g4 = 0; g4 < N; g4 += 4) {
       const Philox4x32 w = philox_block(r.rng, (first + g4) >> 2);
@@ -277,7 +287,7 @@ __device__ __forceinline__ BlockScale block_scale(std::uint32_t key, const Globa
 template <class In, Rounding R, bool Extras>
 __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& raw, std::int64_t v, bool in,
                                                   BlockScale bs, bool no_nan, const GlobalScale& g,
-                                                  const QuantArgs& a) {
+                                                  const QuantArgs& a, const std::uint32_t* hw_words) {
   using V = Vec16<In>;
   constexpr int N = V::kElems;
   const std::uint8_t s = bs.s;
@@ -315,7 +325,7 @@ __device__ __forceinline__ unsigned quantize_lane(const typename Vec16<In>::T& r
 #pragma unroll
     for (int j = 0; j < N; ++j) q[j] = e2m1_rne_not_nan(y[j]);
   } else {
-    round_lane<R, N>(y, a.r, first, q);
+    round_lane<R, N>(y, a.r, first, hw_words, q);
   }
   if (!in) return 0;
   std::uint32_t packed = 0;
@@ -353,6 +363,36 @@ __device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a, const floa
   __syncthreads();
   *encode_of = table;
   return shared_g;
+}
+
+// Word i (0..3) of a Philox block by selects (a dynamic index would put it in local memory).
+__device__ __forceinline__ std::uint32_t philox_word_at(const Philox4x32& w, int i) {
+  const std::uint32_t lo = i & 1 ? w.v[1] : w.v[0], hi = i & 1 ? w.v[3] : w.v[2];
+  return i & 2 ? hi : lo;
+}
+
+// hw SR's words for the owner kernel: one Philox call per 16 elements. The kLanes lanes of a
+// group share kUnits = kLanes blocks (one per unit); lane j calls philox_hw_block for the block
+// of unit j only (its index: the unit's vector / kLanes, as the element index v * kElems / 16)
+// and the words go round the group in kLanes rotation steps: at step t lane p reads from lane
+// (p + t) mod kLanes, which sends the words of its block that lane p's piece uses (words
+// W p' .. W p' + W - 1, p' = its own position - t, W = kElems / 4 words per lane). Afterwards
+// out[k][m] is word W p + m of unit k's block, the words of this lane's elements.
+template <int kLanes, int W>
+__device__ __forceinline__ void hw_lane_words(const RoundingSpec& r, std::int64_t v_own, std::uint32_t (&out)[kLanes][W]) {
+  const int p = static_cast<int>(threadIdx.x) & (kLanes - 1);
+  const Philox4x32 mine = philox_hw_block(r.rng, static_cast<std::uint64_t>(v_own) / kLanes);
+#pragma unroll
+  for (int t = 0; t < kLanes; ++t) {
+    const int give = (p - t) & (kLanes - 1);  // the lane this step's value is for
+    const int from = (p + t) & (kLanes - 1);  // the lane (and unit) this lane reads from
+#pragma unroll
+    for (int m = 0; m < W; ++m) {
+      const std::uint32_t got = __shfl_sync(0xffffffffu, philox_word_at(mine, W * give + m), from, kLanes);
+#pragma unroll
+      for (int k = 0; k < kLanes; ++k) out[k][m] = k == from ? got : out[k][m];
+    }
+  }
 }
 
 // The lanes kernel with one owner lane per block (the default): a thread holds kLanes
@@ -405,6 +445,11 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t v_own = base + j * kThreads;
   if (v_own < nvec) a.scales[v_own / kLanes] = mine.s;
   const bool no_nan = !__any_sync(0xffffffffu, nan);
+  constexpr int kWords = V::kElems / 4;  // hw SR words per lane and unit
+  std::uint32_t hw_words[kUnits][kWords] = {};
+  if constexpr (R == Rounding::Stochastic) {
+    if (a.r.sr_bits == kSrHw) hw_lane_words<kLanes, kWords>(a.r, v_own, hw_words);  // uniform branch
+  }
   unsigned clipped = 0;
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
@@ -412,7 +457,7 @@ __global__ void __launch_bounds__(kThreads)
     BlockScale bs;
     bs.e_b = __shfl_sync(0xffffffffu, mine.e_b, k, kLanes);
     bs.s = static_cast<std::uint8_t>(__shfl_sync(0xffffffffu, static_cast<unsigned>(mine.s), k, kLanes));
-    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, bs, no_nan, g, a);
+    clipped += quantize_lane<In, R, Extras>(raw[k], v, v < nvec, bs, no_nan, g, a, hw_words[k]);
   }
   if constexpr (Extras) {
     if (a.clipped) {

@@ -140,7 +140,9 @@ __device__ __forceinline__ std::uint32_t e2m1_sr_fast(float y, std::uint32_t w, 
   const std::uint32_t f32 = ge1 ? ab << 10 : low;
   const std::uint32_t c = ge1 ? (ab >> 22) - 252u : static_cast<std::uint32_t>(ab >= 0x3f000000u);
   if (r.sr_bits == kSrExact && w == f32) return e2m1_sr_tie(y, w, r, index);
-  const std::uint32_t up = static_cast<std::uint32_t>((w >> drop) < (f32 >> drop));
+  // hw SR: w is the element's random byte, the decision the carry of w + floor(f * 2^8).
+  const std::uint32_t up = r.sr_bits == kSrHw ? static_cast<std::uint32_t>(sr_hw_round_up(f32, w))
+                                              : static_cast<std::uint32_t>((w >> drop) < (f32 >> drop));
   const std::uint32_t mag = ab >= 0x40c00000u ? 7u : c + up;  // |y| >= 6, Inf or NaN: 7
   const std::uint32_t sign = ab > 0x7f800000u ? 0u : (u >> 28) & 8u;
   return mag | sign;
@@ -161,9 +163,11 @@ __device__ __forceinline__ std::uint32_t e2m1_sr_fast(float y, std::uint32_t w, 
 // T <= w < T + 512 (probability 2^-23) is left to the caller (*undecided). Codes above 7 (a >= 6
 // with an up) saturate to 7 as e2m1_sr does.
 // Exact = true: exact SR (drop 0, the band always checked), one shift pair and a test fewer per
-// element than the k-bit form. |y| is first capped at 7 (every |y| >= 6 gives code 7 either
-// way): then k needs one bound, and Inf no Inf - Inf.
-template <bool Exact>
+// element than the k-bit form. Hw = true: hw SR, w the element's random byte; floor(f * 2^8)
+// = T >> 24 exactly (T drops only the low 9 bits of F), so the carry of w + (T >> 24) is
+// sr_hw_round_up's decision and nothing is left undecided. |y| is first capped at 7 (every
+// |y| >= 6 gives code 7 either way): then k needs one bound, and Inf no Inf - Inf.
+template <bool Exact, bool Hw = false>
 __device__ __forceinline__ std::uint32_t e2m1_sr_mag_fma(float y, std::uint32_t w, int drop, bool* undecided) {
   const float a = fminf(fabsf(y), 7.0f);
   const std::uint32_t e = float_bits(a) >> 23;
@@ -175,7 +179,11 @@ __device__ __forceinline__ std::uint32_t e2m1_sr_mag_fma(float y, std::uint32_t 
   const std::uint32_t t = float_bits(__fmaf_rd(rem, scale, 0x1p23f)) << 9;
   const std::uint32_t c = float_bits(p) - float_bits(m) + 2u * k;
   std::uint32_t up;
-  if constexpr (Exact) {
+  if constexpr (Hw) {
+    (void)drop;
+    (void)undecided;
+    up = (w + (t >> 24)) >> 8;
+  } else if constexpr (Exact) {
     *undecided |= (w - t) < 512u;
     up = static_cast<std::uint32_t>(w < t);
   } else {
@@ -211,7 +219,8 @@ __device__ __forceinline__ float block_amax_nan(const float* v) {
 // the conversions: e2m1_rne / e2m1_rz saturate exactly as the clamp does (all 2^32 inputs,
 // long.formats), e2m1_sr_fast as said above. index0 (the first element's index in the stored
 // orientation) is a multiple of 16, so the block's SR words are the four Philox blocks
-// index0/4 .. index0/4 + 3: drawn once per 4 elements. The kernel's general path, for blocks
+// index0/4 .. index0/4 + 3: drawn once per 4 elements; hw SR's bytes all come from the one
+// block philox_hw_block(index0 / 16). The kernel's general path, for blocks
 // with a NaN to round, for RZ, and for a block with an undecided SR element.
 // MaySr = false leaves the SR branch out (a kernel whose specs have no SR).
 template <bool MaySr>
@@ -223,7 +232,15 @@ __device__ __forceinline__ std::uint8_t quantize_block(const float* v, GlobalSca
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, legacy);
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
   std::uint32_t w[2] = {0, 0};
-  if (MaySr && r.mode == Rounding::Stochastic) {
+  if (MaySr && r.mode == Rounding::Stochastic && r.sr_bits == kSrHw) {
+    const Philox4x32 words = philox_hw_block(r.rng, index0 >> 4);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const std::uint64_t index = index0 + static_cast<std::uint64_t>(i);
+      const std::uint32_t q = e2m1_sr_fast(v[i] * e_b, hw_byte_of_word(words.v[i >> 2], index), r, 0, index);
+      w[i >> 3] |= q << (4 * (i & 7));
+    }
+  } else if (MaySr && r.mode == Rounding::Stochastic) {
     const int drop = r.sr_bits == kSrExact ? 0 : 32 - r.sr_bits;
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
@@ -266,6 +283,21 @@ __device__ __forceinline__ void sr_codes(const float* v, float e_b, const Roundi
   }
 }
 
+// sr_codes for hw SR: one Philox call (philox_hw_block(index0 / 16)) for the whole block,
+// element i taking the byte at hw_byte_shift(i) of word i / 4 (index0 is a multiple of 16).
+__device__ __forceinline__ void sr_codes_hw(const float* v, float e_b, const RoundingSpec& r, std::uint64_t index0,
+                                            std::uint32_t (&acc)[2], std::uint32_t (&signs)[2]) {
+  const Philox4x32 words = philox_hw_block(r.rng, index0 >> 4);
+  bool never = false;
+#pragma unroll
+  for (int i = 15; i >= 0; --i) {
+    const float y = v[i] * e_b;
+    const std::uint32_t byte = hw_byte_of_word(words.v[i >> 2], static_cast<std::uint64_t>(i));
+    acc[i >> 3] = acc[i >> 3] * 16u + e2m1_sr_mag_fma<false, true>(y, byte, 0, &never);
+    signs[i >> 3] = e2m1_shift_in_top_nibble(signs[i >> 3], float_bits(y));
+  }
+}
+
 // The fast path of one block with no NaN among its values (amax = its block amax): scales,
 // codes (RNE on the FMA pipe, or SR), stores. Returns false, having stored nothing, when an SR
 // element falls in e2m1_sr_mag_fma's undecided band: the caller takes the general path.
@@ -280,6 +312,7 @@ __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, 
     std::uint32_t acc[2] = {0, 0}, signs[2] = {0, 0};
     bool undecided = false;
     if (r.sr_bits == kSrExact) sr_codes<true>(v, e_b, r, 0, index0, acc, signs, &undecided);
+    else if (r.sr_bits == kSrHw) sr_codes_hw(v, e_b, r, index0, acc, signs);
     else sr_codes<false>(v, e_b, r, 32 - r.sr_bits, index0, acc, signs, &undecided);
     if (undecided) return false;
     packed = make_uint2(acc[0] | (signs[0] & 0x88888888u), acc[1] | (signs[1] & 0x88888888u));
@@ -712,14 +745,16 @@ std::uint32_t sign_mask(const RhtSpec& r) {
 // e2m1_sr_mag_fma's band, T = F & ~511, T - 1, T + 511, T + 512. A band answer counts as right
 // only where the band is allowed (more than 23 random bits: drop < 9); counts
 // mismatches (*first_bad: the smallest mismatching bits) and the band's share of the random
-// words (*undecided).
+// words (*undecided). hw SR (sr_bits = kSrHw) takes random bytes instead: a random one, the
+// carry's edges 256 - floor(f 2^8) and its neighbours, 0, 255 and four more random ones.
 __global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::uint32_t* first_bad,
                                      unsigned long long* undecided_random) {
   RoundingSpec r;
   r.mode = Rounding::Stochastic;
   r.sr_bits = sr_bits;
   r.rng = RngStream{0x0123456789abcdefull, 77};
-  const int drop = sr_bits == kSrExact ? 0 : 32 - sr_bits;
+  const bool hw = sr_bits == kSrHw;
+  const int drop = sr_bits == kSrExact || hw ? 0 : 32 - sr_bits;
   unsigned long long n_bad = 0, n_band = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (1ull << 32); b += stride) {
@@ -730,7 +765,12 @@ __global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::
     const std::uint32_t tie = sr_fraction_floor32(f, &rem), band = tie & ~511u;
     std::uint32_t h = static_cast<std::uint32_t>(b) * 0x9E3779B1u;
     h ^= h >> 15, h *= 0x85EBCA77u, h ^= h >> 13;
-    const std::uint32_t ws[10] = {h, tie, tie - 1u, tie + 1u, 0u, 0xffffffffu, band, band - 1u, band + 511u, band + 512u};
+    const std::uint32_t edge = 256u - (tie >> 24);
+    const std::uint32_t ws[10] = {
+        hw ? h & 255u : h,          hw ? edge & 255u : tie,        hw ? (edge - 1u) & 255u : tie - 1u,
+        hw ? (edge + 1u) & 255u : tie + 1u, 0u,                   hw ? 255u : 0xffffffffu,
+        hw ? (h >> 8) & 255u : band, hw ? (h >> 16) & 255u : band - 1u, hw ? h >> 24 : band + 511u,
+        hw ? 128u : band + 512u};
     bool wrong = false;
 #pragma unroll
     for (int k = 0; k < 10; ++k) {
@@ -740,7 +780,8 @@ __global__ void sr_fast_check_kernel(int sr_bits, unsigned long long* bad, std::
       if (is_nan_f32(y)) continue;
       bool undecided = false;
       const std::uint32_t mag = sr_bits == kSrExact ? e2m1_sr_mag_fma<true>(y, ws[k], drop, &undecided)
-                                                    : e2m1_sr_mag_fma<false>(y, ws[k], drop, &undecided);
+                                : hw                  ? e2m1_sr_mag_fma<false, true>(y, ws[k], drop, &undecided)
+                                                      : e2m1_sr_mag_fma<false>(y, ws[k], drop, &undecided);
       const std::uint32_t got = mag | ((float_bits(y) >> 28) & 8u);
       if (undecided) {
         if (drop >= 9) wrong = true;  // the band is for k > 23 random bits only
