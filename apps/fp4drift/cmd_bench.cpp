@@ -285,14 +285,16 @@ int run_bench(const BenchArgs& a, const Given& given) {
     return fnv1a(h, q.scale_values.data(), q.scale_values.size() * sizeof(float));
   };
   auto bytes_hash = [&bytes]() { return fnv1a(0xcbf29ce484222325ull, bytes.data(), bytes.size()); };
-  QuantSpec sr8 = preset("nvfp4-sr").spec;
+  QuantSpec sr8 = preset("nvfp4-sr").spec, srhw = sr8;
   sr8.rounding.sr_bits = 8;
+  srhw.rounding.sr_bits = kSrHw;
   const std::vector<Case> cases = {
       {"e2m1-loop-scalar", [&] { e2m1_loop_scalar(x.data.data(), bytes.data(), n); }, bytes_hash, false},
       {"e2m1-loop", [&] { e2m1_loop_vector(x.data.data(), bytes.data(), n); }, bytes_hash},
       {"nvfp4-1x16-rne", quant(preset("nvfp4").spec, nvfp4_quantize_cpu), quant_hash},
       {"nvfp4-1x16-sr", quant(preset("nvfp4-sr").spec, nvfp4_quantize_cpu), quant_hash},
       {"nvfp4-1x16-sr8", quant(sr8, nvfp4_quantize_cpu), quant_hash},
+      {"nvfp4-1x16-srhw", quant(srhw, nvfp4_quantize_cpu), quant_hash},
       {"nvfp4-16x16-rne", quant(preset("nvfp4-2d").spec, nvfp4_quantize_cpu), quant_hash},
       {"mxfp4-1x32-rne", quant(preset("mxfp4").spec, mxfp4_quantize_cpu), quant_hash},
       {"fp8-e4m3-tensor", quant(preset("fp8-e4m3-tensor").spec, fp8_quantize_cpu), quant_hash},

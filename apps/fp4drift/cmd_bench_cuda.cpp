@@ -45,19 +45,21 @@ int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json) {
 }
 
 // fp4drift bench quantize-dual-cuda: rowwise + columnwise NVFP4 of a rows x cols BF16 tensor in
-// one pass (both amaxes included), with and without RHT-16 on the columnwise side and SR, against
-// the device-to-device copy bandwidth measured by bench quantize-cuda (not repeated here).
+// one pass (both amaxes included), with and without RHT-16 on the columnwise side and SR (exact,
+// and the paper's hardware form, hw), against the device-to-device copy bandwidth measured by
+// bench quantize-cuda (not repeated here).
 int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool json) {
   struct Case {
     const char* name;
     bool rht, sr;
+    int sr_bits;
   };
-  const Case cases[] = {{"rne", false, false}, {"rht+sr", true, true}};
+  const Case cases[] = {{"rne", false, false, kSrExact}, {"rht+sr", true, true, kSrExact}, {"rht+srhw", true, true, kSrHw}};
   // Every case is measured before anything is printed: an error (no device, a build without
   // CUDA) then comes alone.
   cuda::DualBench results[std::size(cases)];
   for (std::size_t i = 0; i < std::size(cases); ++i)
-    results[i] = cuda::nvfp4_quantize_dual_bench(rows, cols, true, cases[i].rht, cases[i].sr, repeat);
+    results[i] = cuda::nvfp4_quantize_dual_bench(rows, cols, true, cases[i].rht, cases[i].sr, cases[i].sr_bits, repeat);
   if (json) {
     nlohmann::ordered_json j = {{"benchmark", "quantize-dual-cuda"}, {"rows", rows}, {"cols", cols},
                                 {"cases", nlohmann::ordered_json::array()}};
@@ -75,7 +77,7 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool j
   std::printf("  bytes counted: input once + both codes and scales; every timed repetition from a cold L2\n");
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     const cuda::DualBench& r = results[i];
-    std::printf("  dual %-7s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms)  %8.1f GB/s counted\n",
+    std::printf("  dual %-8s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms)  %8.1f GB/s counted\n",
                 cases[i].name, r.seconds * 1e3, r.amax_seconds * 1e3, r.quantize_seconds * 1e3,
                 r.counted_bytes / r.seconds * 1e-9);
   }

@@ -57,7 +57,9 @@ struct DualBench {
   double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
   double counted_bytes = 0;     // input once + both directions' codes and scales
 };
-DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat);
+// sr: SR on both sides with sr_bits random bits (rounding.hpp: kSrExact, kSrHw or 1..32).
+DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,
+                                    int repeat);
 
 // ---- bench gemm-cuda ----
 // BF16 operands A (M x K) and B (N x K) live on the device.

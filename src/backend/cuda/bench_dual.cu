@@ -17,7 +17,8 @@
 
 namespace fp4d::cuda {
 
-DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int repeat) {
+DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,
+                                    int repeat) {
   require_bench_device();
   if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
     throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
@@ -38,6 +39,7 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   spec.rht_sign_mask = kTeRhtSignMask;
   if (sr) {
     spec.row_rounding.mode = spec.col_rounding.mode = Rounding::Stochastic;
+    spec.row_rounding.sr_bits = spec.col_rounding.sr_bits = sr_bits;
     spec.row_rounding.rng = RngStream{1, 1};
     spec.col_rounding.rng = RngStream{1, 2};
   }

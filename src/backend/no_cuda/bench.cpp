@@ -9,7 +9,7 @@ Nvfp4BenchResult nvfp4_quantize_cuda_bench(std::int64_t, std::int64_t, int, Inpu
   throw_built_without_cuda("bench quantize-cuda");
 }
 
-DualBench nvfp4_quantize_dual_bench(std::int64_t, std::int64_t, bool, bool, bool, int) {
+DualBench nvfp4_quantize_dual_bench(std::int64_t, std::int64_t, bool, bool, bool, int, int) {
   throw_built_without_cuda("bench quantize-dual-cuda");
 }
 
