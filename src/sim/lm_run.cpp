@@ -350,6 +350,7 @@ class LmRun {
     gemms_.resize(R_);
     for (std::size_t r = 0; r < R_; ++r) make_trainer(r, lp[r], start_);
     lp.clear();
+    trace_.start_swmr_write();  // every attribute of the run is set: readers may open it from here
     for (std::int64_t s = start_; s < spec_.steps; ++s) {
       if (ctl_.stop && ctl_.stop->load()) return stop();
       progress_.stepped = true;

@@ -322,6 +322,7 @@ class MlpRun {
     make_trainers(lp);
     lp.clear();
     choose_concurrency();
+    trace_.start_swmr_write();  // every attribute of the run is set: readers may open it from here
     for (std::int64_t s = start_; s < spec_.steps; ++s) {
       if (ctl_.stop && ctl_.stop->load()) return stop(s);
       progress_.stepped = true;

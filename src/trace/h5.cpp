@@ -1050,7 +1050,25 @@ void Appendable<T>::flush() {
 
 // ---- File -----------------------------------------------------------------------------
 
-File File::create(const std::string& path) {
+namespace {
+// The format SWMR needs, pinned at 1.10 at both ends: a newer library writing its own latest
+// object versions would make traces that HDF5 1.10 (Debian 12's) cannot read.
+void set_swmr_format(hid_t fapl, const std::string& what) {
+  if (H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) fail_h5(what + " (file format)");
+}
+
+// HDF5 keeps the superblock's "open for writing" flags of a killed writer; h5clear clears them
+// through this file-access property, which the library registers but does not declare.
+constexpr const char* kClearStatusFlags = "clear_status_flags";
+
+unsigned superblock_version(hid_t file, const std::string& what) {
+  H5F_info2_t info;
+  if (H5Fget_info2(file, &info) < 0) fail_h5(what);
+  return info.super.version;
+}
+}  // namespace
+
+File File::create(const std::string& path, Format format) {
   silence();
   const std::string msg = "cannot create " + quote(path);
   std::error_code ec;
@@ -1059,12 +1077,13 @@ File File::create(const std::string& path) {
     fail(msg + ": directory " + quote(parent.string()) + " does not exist");
   if (fs::is_directory(path, ec)) fail(msg + ": it is a directory");
   Handle fapl = file_access_plist(msg);
+  if (format == Format::Swmr) set_swmr_format(fapl.get(), msg);
   Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!f.valid()) fail_h5(msg);
   return File(std::move(f), path);
 }
 
-File File::open_(const std::string& path, bool rw) {
+File File::open_(const std::string& path, bool rw, bool clear_stale_writer, bool lock) {
   silence();
   const std::string msg = "cannot open " + quote(path) + (rw ? " for writing" : " for reading");
   std::error_code ec;
@@ -1073,13 +1092,48 @@ File File::open_(const std::string& path, bool rw) {
   if (H5Fis_hdf5(path.c_str()) == 0) fail(msg + ": not an HDF5 file");
   H5Eclear2(H5E_DEFAULT);
   Handle fapl = file_access_plist(msg);
+  if (clear_stale_writer) {
+    const htri_t known = H5Pexist(fapl.get(), kClearStatusFlags);
+    hbool_t yes = true;
+    if (known > 0 && H5Pset(fapl.get(), kClearStatusFlags, &yes) < 0) fail_h5(msg);
+    H5Eclear2(H5E_DEFAULT);  // a library without the property opens as with Refuse
+  }
+  if (!lock && H5Pset_file_locking(fapl.get(), false, true) < 0) fail_h5(msg + " (file locking)");
   Handle f(H5Fopen(path.c_str(), rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
   if (!f.valid()) fail_h5(msg);
+  // Opened in the earliest format, a 1.10 file would get older object versions for what is
+  // added to it, and could not start SWMR writing.
+  if (rw && superblock_version(f.get(), msg) >= 3 && H5Fset_libver_bounds(f.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0)
+    fail_h5(msg + " (file format)");
   return File(std::move(f), path);
 }
 
-File File::open_read(const std::string& path) { return open_(path, false); }
-File File::open_rw(const std::string& path) { return open_(path, true); }
+File File::open_read(const std::string& path) { return open_(path, false, false, true); }
+File File::open_rw(const std::string& path, StaleWriter stale, FileLock lock) {
+  return open_(path, true, stale == StaleWriter::Clear, lock == FileLock::Take);
+}
+
+void File::start_swmr_write() {
+  silence();
+  const std::string msg = "cannot start SWMR writing of " + quote(path_);
+  if (!h_.valid()) fail(msg + ": file is closed");
+  if (!swmr_format()) fail(msg + ": it is not in the HDF5 1.10 format (h5::Format::Swmr)");
+  if (H5Fstart_swmr_write(h_.get()) < 0) fail_h5(msg);
+}
+
+bool File::swmr_format() const {
+  silence();
+  if (!h_.valid()) fail("cannot inspect " + quote(path_) + ": file is closed");
+  return superblock_version(h_.get(), "cannot inspect " + quote(path_)) >= 3;
+}
+
+bool File::swmr_writing() const {
+  silence();
+  if (!h_.valid()) return false;
+  unsigned intent = 0;
+  if (H5Fget_intent(h_.get(), &intent) < 0) fail_h5("cannot inspect " + quote(path_));
+  return (intent & H5F_ACC_SWMR_WRITE) != 0;
+}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {

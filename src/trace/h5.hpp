@@ -38,6 +38,8 @@
 //                damaged on disk fails to read instead of giving wrong numbers).
 //   file format  HDF5's default (earliest) format: readable by any HDF5 >= 1.8 and h5py;
 //                attributes are limited to 64 KiB each (store larger data as datasets).
+//                Format::Swmr files (long runs' traces) are in the HDF5 1.10 format instead,
+//                which SWMR needs (see File::start_swmr_write); HDF5 >= 1.10 reads them.
 #pragma once
 
 #include <concepts>
@@ -287,11 +289,32 @@ class Group : public Node {
   friend class File;
 };
 
+// Compatible: HDF5's earliest format. Swmr: the HDF5 1.10 format (superblock version 3,
+// chunk indexes a reader can follow while datasets grow), the only one HDF5 lets a writer
+// switch to SWMR in; files made by HDF5 1.8 tools and readers older than 1.10 cannot open it.
+enum class Format { Compatible, Swmr };
+
+// What open_rw does with a file whose superblock says a writer has it open (HDF5 1.10 sets
+// that flag in a Format::Swmr file while it is open for writing, and a killed writer leaves it
+// set): Refuse (HDF5's "file is already open for write"), or Clear it - only for a caller that
+// knows the writer is gone and checks what the file holds (a resumed run verifies every row
+// against its checkpoint). The flags are not a lock: a live writer elsewhere is not detected.
+enum class StaleWriter { Refuse, Clear };
+
+// HDF5's file lock (flock) on open: Take keeps other processes from opening the file for
+// writing while it is open here, and fails while a reader holds it - a SWMR reader holds it as
+// long as it has the file open. Skip: for the SWMR writer that closed its file to leave SWMR
+// mode and opens it again for its last writes, which readers watching the run must not block.
+enum class FileLock { Take, Skip };
+
 class File {
  public:
-  static File create(const std::string& path);     // truncates an existing file
+  static File create(const std::string& path, Format format = Format::Compatible);  // truncates an existing file
   static File open_read(const std::string& path);  // read-only
-  static File open_rw(const std::string& path);    // existing file, read-write
+  // Existing file, read-write. A Format::Swmr file is opened in that format, so that anything
+  // added to it keeps the format and start_swmr_write() is possible.
+  static File open_rw(const std::string& path, StaleWriter stale = StaleWriter::Refuse,
+                      FileLock lock = FileLock::Take);
 
   File() = default;
   File(File&&) noexcept = default;
@@ -307,12 +330,23 @@ class File {
   static void sync_directory(const std::string& dir);
   void close();  // closes the file and everything opened through it; no-op if closed
   bool is_open() const noexcept { return h_.valid(); }
+
+  // Single-writer/multiple-reader mode (HDF5 1.10): after start_swmr_write() other processes
+  // can open the file while it is written (h5py: h5py.File(path, "r", libver="latest",
+  // swmr=True), then dataset.refresh() to see new rows), and the file on disk stays readable
+  // at every instant as long as the writes reach it in order. Datasets may then only be
+  // extended and written: no object or attribute may be created, changed or deleted, so
+  // everything the file will hold must exist before. Leaving the mode is closing the file.
+  // Error unless the file is open read-write in Format::Swmr (swmr_format()).
+  void start_swmr_write();
+  bool swmr_format() const;   // the file's superblock is the 1.10 one (version 3 or later)
+  bool swmr_writing() const;  // start_swmr_write() was called on this open file
   const std::string& path() const noexcept { return path_; }
   Id id() const noexcept { return h_.get(); }
 
  private:
   File(detail::Handle h, std::string path) : h_(std::move(h)), path_(std::move(path)) {}
-  static File open_(const std::string& path, bool rw);
+  static File open_(const std::string& path, bool rw, bool clear_stale_writer, bool lock);
   detail::Handle h_;
   std::string path_;
 };

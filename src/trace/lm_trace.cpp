@@ -114,6 +114,7 @@ struct LmTrace::Impl {
   using Id = RunRows::Id;
   h5::File file;
   RunRows rows;
+  SwmrPhase swmr;
   Id step = 0, lr = 0, compare_step = 0, ref_loss = 0, ref_grad_norm = 0;
   struct Run {
     Id loss, gap, grad_norm, clip, lost, nmse, clipped, underflow, zero_scales;
@@ -198,7 +199,7 @@ LmTrace::~LmTrace() = default;
 void LmTrace::create(const LmRunSpec& spec, const LmRunControl& ctl, const LmTraceInfo& info, const std::string& file,
                      const std::string& run_id) {
   require_output_directory(ctl.path);
-  h5::File f = h5::File::create(file);
+  h5::File f = h5::File::create(file, h5::Format::Swmr);
   write_root(f.root(), spec, ctl, info, run_id);
   Impl t(std::move(f), spec, true);
   t.file.sync();
@@ -233,10 +234,18 @@ void LmTrace::verify_and_truncate(const CheckpointMark& m) {
 
 std::uint64_t LmTrace::records() const { return impl_->records; }
 std::uint64_t LmTrace::compares() const { return impl_->compares; }
-void LmTrace::set_status(const std::string& status) { impl_->file.root().set_attr("status", status); }
-void LmTrace::set_resumed_at(std::int64_t step) { impl_->file.root().set_attr("resumed_at_step", step); }
+void LmTrace::start_swmr_write() { impl_->swmr.start(impl_->file); }
+void LmTrace::set_status(const std::string& status) {
+  impl_->swmr.end(impl_->file, impl_->rows);
+  impl_->file.root().set_attr("status", status);
+}
+void LmTrace::set_resumed_at(std::int64_t step) {
+  impl_->swmr.set_attrs(impl_->file, [step](h5::Group root) { root.set_attr("resumed_at_step", step); });
+}
 void LmTrace::set_gemm_path(std::size_t run, const std::string& path) {
-  impl_->file.root().open_group(run_group(impl_->recipes.at(run))).set_attr("gemm_path", path);
+  impl_->swmr.set_attrs(impl_->file, [g = run_group(impl_->recipes.at(run)), path](h5::Group root) {
+    root.open_group(g).set_attr("gemm_path", path);
+  });
 }
 
 void LmTrace::stage(const LmRecordRow& row) {
@@ -283,6 +292,7 @@ void LmTrace::close() { impl_->file.close(); }
 template <class Ref>
 LmRunSummary LmTrace::finish(const LmState<Ref>& ref, const std::vector<LmState<float>>& runs) {
   Impl& t = *impl_;
+  t.swmr.end(t.file, t.rows);
   h5::Group root = t.file.root();
   h5::Group lm = root.open_group(lm_trace::kGroup);
   LmRunSummary s;

@@ -1,7 +1,8 @@
 // The trace of an `lm` run (schema fp4drift.run, workload lm; docs/trace-format.md): the
 // root's provenance and config, /lm's attributes (the model, the data, the recipes, the
 // parameter and linear-layer names the datasets' columns follow), the rows it grows by
-// (trace/run_rows.hpp: flushed only at checkpoints, journaled), at the end the runs' final
+// (trace/run_rows.hpp: flushed only at checkpoints, journaled, readable while the run goes
+// through SWMR), at the end the runs' final
 // attributes and states (/lm/checkpoint). Its checkpoint's states are written here too. The
 // only code that knows that layout.
 #pragma once
@@ -94,6 +95,11 @@ class LmTrace {
   std::uint64_t records() const;
   std::uint64_t compares() const;
 
+  // From here until the end (or a stop or failure), readers can open the trace while it grows
+  // (SWMR, trace/run_rows.hpp's SwmrPhase): called once the run's attributes are set.
+  void start_swmr_write();
+  // A status other than running ends the SWMR phase; the other attributes set during it are
+  // written when it ends.
   void set_status(const std::string& status);
   void set_resumed_at(std::int64_t step);
   void set_gemm_path(std::size_t run, const std::string& path);

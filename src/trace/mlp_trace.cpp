@@ -52,6 +52,7 @@ struct MlpTrace::Impl {
   using Id = RunRows::Id;
   h5::File file;
   RunRows rows;
+  SwmrPhase swmr;
   Id step = 0, compare_step = 0, ref_loss = 0;
   struct Run {
     Id loss, gap, lost, nmse, clipped, underflow, zero_scales, weight_error, grad_cosine, grad_error, grad_bias;
@@ -129,7 +130,7 @@ MlpTrace::~MlpTrace() = default;
 
 void MlpTrace::create(const MlpRunSpec& spec, const MlpRunControl& ctl, const std::string& file, const std::string& run_id) {
   require_output_directory(ctl.path);
-  h5::File f = h5::File::create(file);
+  h5::File f = h5::File::create(file, h5::Format::Swmr);
   write_root(f.root(), spec, ctl, run_id);
   Impl t(std::move(f), spec, true);
   t.file.sync();
@@ -164,13 +165,24 @@ void MlpTrace::verify_and_truncate(const CheckpointMark& m) {
 std::uint64_t MlpTrace::records() const { return impl_->records; }
 std::uint64_t MlpTrace::compares() const { return impl_->compares; }
 
-void MlpTrace::set_status(const std::string& status) { impl_->file.root().set_attr("status", status); }
-void MlpTrace::set_resumed_at(std::int64_t step) { impl_->file.root().set_attr("resumed_at_step", step); }
+void MlpTrace::start_swmr_write() { impl_->swmr.start(impl_->file); }
+
+void MlpTrace::set_status(const std::string& status) {
+  impl_->swmr.end(impl_->file, impl_->rows);
+  impl_->file.root().set_attr("status", status);
+}
+void MlpTrace::set_resumed_at(std::int64_t step) {
+  impl_->swmr.set_attrs(impl_->file, [step](h5::Group root) { root.set_attr("resumed_at_step", step); });
+}
 void MlpTrace::set_concurrent_runs(bool concurrent) {
-  impl_->file.root().set_attr("concurrent_runs", std::int64_t{concurrent ? 1 : 0});
+  impl_->swmr.set_attrs(impl_->file, [concurrent](h5::Group root) {
+    root.set_attr("concurrent_runs", std::int64_t{concurrent ? 1 : 0});
+  });
 }
 void MlpTrace::set_gemm_path(std::size_t run, const std::string& path) {
-  impl_->file.root().open_group(run_group(impl_->recipes.at(run))).set_attr("gemm_path", path);
+  impl_->swmr.set_attrs(impl_->file, [g = run_group(impl_->recipes.at(run)), path](h5::Group root) {
+    root.open_group(g).set_attr("gemm_path", path);
+  });
 }
 
 void MlpTrace::stage(const MlpRecordRow& row) {
@@ -216,6 +228,7 @@ void MlpTrace::close() { impl_->file.close(); }
 
 MlpRunSummary MlpTrace::write_final_attributes() {
   Impl& t = *impl_;
+  t.swmr.end(t.file, t.rows);
   h5::Group root = t.file.root();
   MlpRunSummary s;
   // Divergence: the first recorded step whose loss is not finite (-1: none).

@@ -9,7 +9,8 @@
 // it exactly as at its last flush - readable, and resumable from its checkpoint. (An HDF5 1.10
 // file being written is not crash-safe: appending record by record, a kill mid-way left chunks
 // that failed to inflate.) Every row committed also goes to the run's journal, from which
-// rebuild() makes the trace anew when a resume finds it torn.
+// rebuild() makes the trace anew when a resume finds it torn. While the run steps, the trace is
+// in SWMR mode (start_swmr_write): other processes can read it as it grows.
 #pragma once
 
 #include <cstdint>
@@ -94,7 +95,12 @@ class MlpTrace {
   std::uint64_t records() const;
   std::uint64_t compares() const;
 
-  // Root and run attributes.
+  // From here until the end (or a stop or failure), readers can open the trace while it grows
+  // (SWMR, trace/run_rows.hpp's SwmrPhase): called once the run's attributes are set.
+  void start_swmr_write();
+
+  // Root and run attributes. A status other than running ends the SWMR phase; the other
+  // attributes set during it are written when it ends.
   void set_status(const std::string& status);  // running | interrupted | failed (complete: finish())
   void set_resumed_at(std::int64_t step);
   void set_concurrent_runs(bool concurrent);

@@ -21,7 +21,7 @@ void require_output_directory(const std::string& trace) {
 void replace_trace_file(const std::string& trace, const std::function<void(h5::File)>& fill) {
   require_output_directory(trace);
   const std::string partial = trace + ".partial";
-  fill(h5::File::create(partial));
+  fill(h5::File::create(partial, h5::Format::Swmr));
   std::filesystem::rename(partial, trace);
   sync_directory_of(trace);
 }
@@ -35,7 +35,10 @@ bool run_trace_is_complete(const std::string& path) {
 }
 
 h5::File open_run_trace(const std::string& path, const std::string& workload, const std::string& config_text) {
-  h5::File f = h5::File::open_rw(path);
+  // A run killed while it was writing (in SWMR mode or not) leaves the trace flagged as open
+  // for writing; the resume verifies every row of it against the checkpoint, so the flag is
+  // cleared rather than taken for a torn file (which would rebuild it from the journal).
+  h5::File f = h5::File::open_rw(path, h5::StaleWriter::Clear);
   const h5::Group root = f.root();
   if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != workload)
     throw std::invalid_argument("--resume: " + path + " is not an fp4drift " + workload + " run trace");

@@ -30,7 +30,7 @@ void create_run_files(const std::string& trace, const std::string& config_text,
                       const std::function<void(const CheckpointMark&)>& write_checkpoint);
 
 // Makes `trace` anew for a resume that found it torn: `fill` writes the new file (given as
-// trace.partial, created; it syncs what it wrote), which then replaces the old one and the
+// trace.partial, created in the SWMR format; it syncs what it wrote), which then replaces the old one and the
 // directory is synced.
 void replace_trace_file(const std::string& trace, const std::function<void(h5::File)>& fill);
 

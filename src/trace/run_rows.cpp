@@ -115,6 +115,37 @@ const h5::Appendable<std::int64_t>& RunRows::ints_at(Id id) const {
   return std::get<h5::Appendable<std::int64_t>>(entries_.at(id).ds);
 }
 
+void RunRows::reopen(h5::Group root) {
+  for (Entry& e : entries_)
+    visit(e, [&](auto& ds) {
+      using T = typename std::remove_reference_t<decltype(ds)>::value_type;
+      ds = root.open_appendable<T>(ds.path());
+    });
+}
+
+void SwmrPhase::start(h5::File& file) {
+  if (active_ || !file.swmr_format()) return;
+  file.start_swmr_write();
+  active_ = true;
+}
+
+void SwmrPhase::set_attrs(h5::File& file, std::function<void(h5::Group)> write) {
+  if (active_) deferred_.push_back(std::move(write));
+  else write(file.root());
+}
+
+void SwmrPhase::end(h5::File& file, RunRows& rows) {
+  if (!active_) return;
+  const std::string path = file.path();
+  active_ = false;
+  file.close();
+  file = h5::File::open_rw(path, h5::StaleWriter::Refuse, h5::FileLock::Skip);  // readers may hold it
+  rows.reopen(file.root());
+  std::vector<std::function<void(h5::Group)>> todo;
+  todo.swap(deferred_);
+  for (const auto& write : todo) write(file.root());
+}
+
 double growth_exponent(const std::vector<std::int64_t>& steps, const std::vector<double>& err) {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (std::size_t i = 0; i < steps.size(); ++i) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
@@ -58,6 +59,10 @@ class RunRows {
   const h5::Appendable<double>& doubles_at(Id id) const;
   const h5::Appendable<std::int64_t>& ints_at(Id id) const;
 
+  // Opens every dataset again by its path under `root` (the trace was closed and opened
+  // again); staged rows and digests are kept.
+  void reopen(h5::Group root);
+
  private:
   struct Entry {
     std::variant<h5::Appendable<double>, h5::Appendable<std::int64_t>> ds;
@@ -69,6 +74,34 @@ class RunRows {
   void visit(Entry& e, F&& f);
   std::vector<Entry> entries_;
   std::map<std::string, Fnv1a64> digests_;
+};
+
+// The SWMR phase of a run trace (h5::File::start_swmr_write): while the run steps, readers may
+// open the trace and watch its rows grow. Every object and attribute the file holds at the end
+// of the run that a reader needs during it exists before the phase starts (the datasets, empty,
+// with their dimension scales; the root's and the groups' attributes). What cannot exist
+// before - the final attributes and states, a status other than "running", an attribute that
+// changes during the run (an lm run's GEMM path at its switch to BF16) - waits until the phase
+// ends: HDF5 1.10 forbids creating or changing attributes in SWMR mode, and leaves it only by
+// closing the file, which end() does and then opens it again as before.
+class SwmrPhase {
+ public:
+  // Starts the phase where the file is in the SWMR format; a trace made by an fp4drift before
+  // it (the earliest format) is written as it was, without readers.
+  void start(h5::File& file);
+  bool active() const noexcept { return active_; }
+  // An attribute change: made now, or while the phase lasts, when it ends (a run killed before
+  // then loses it; its resume sets the attributes again before it starts the phase).
+  void set_attrs(h5::File& file, std::function<void(h5::Group)> write);
+  // Ends the phase (a no-op outside it): the file closed, opened read-write again (without
+  // HDF5's file lock, which a SWMR reader still holding the file would deny), the rows' datasets
+  // reopened and the deferred attribute changes made. A reader open across this must open the
+  // file again to see the end: what it reads meanwhile may fail (HDF5 "... checksum ...").
+  void end(h5::File& file, RunRows& rows);
+
+ private:
+  bool active_ = false;
+  std::vector<std::function<void(h5::Group)>> deferred_;
 };
 
 // Least-squares slope of log(err) against log(step) over the entries with err > 0 and step > 0
