@@ -14,6 +14,11 @@ with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin
   fit T.h5 ...                          growth-exponent fits (OLS and HAC CIs) as a table
 fit, compare, plot-growth and ablation also take a sweep index (OUT/sweep.h5) for the traces of its
 complete runs, labelled by their overrides; --where KEY=VALUE (repeatable) selects runs.
+A run still being written (or stopped, failed or killed) is refused unless --allow-incomplete, which
+plot-run, plot-lm, plot-growth, plot-heatmap, plot-stats, compare, ablation and fit take: the trace
+is then read as far as it goes (in SWMR mode while its run writes it), and the title or label says
+up to which step; a sweep index given to them is then also read while its sweep runs (its complete
+runs, as sweep-stats --allow-incomplete).
 The training plots (plot-growth, plot-heatmap, plot-stats, compare, ablation, fit) read mlp and
 lm traces but never both at once: an mlp's weight error is its last layer's, an lm's the whole
 model's (or --param NAME's), and their losses are different quantities.
@@ -36,13 +41,14 @@ from .stats import fit_growth, sr_bias_test
 from .traces import LmRun, MlpRun, SchemaError, SumDotRun, load_run
 
 
-def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None) -> None:
+def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None,
+               allow_incomplete: bool = False) -> None:
     names = {p: (labels or {}).get(p, Path(p).name) for p in paths}
     width = max(40, *(len(n) + 14 for n in names.values()))
     head = "run:recipe" if labels else "trace:recipe"
     print(f"{head:<{width}} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
-    for p in paths:
-        r = load_run(p)
+    loaded = [load_run(p, allow_incomplete) for p in paths]
+    for p, r in zip(paths, loaded):
         if not isinstance(r, (MlpRun, LmRun)):
             raise SchemaError(f"{p}: fit needs an mlp or lm trace")
         for run in r.runs:
@@ -53,6 +59,9 @@ def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | Non
             hac = fit_growth(r.compare_step, e, confidence, "hac")
             print(f"{names[p] + ':' + run.name:<{width}} {ols.points:>6} {ols.exponent:>9.3f}  "
                   f"[{ols.ci_low:6.3f}, {ols.ci_high:6.3f}]  [{hac.ci_low:6.3f}, {hac.ci_high:6.3f}]  {hac.lag:>3}")
+    for p, r in zip(paths, loaded):
+        if r.incomplete:
+            print(f"{names[p]}: {r.incomplete}")
     print(f"({100 * confidence:g}% intervals; OLS assumes independent residuals and is optimistic along one "
           "trajectory; HAC = Newey-West; docs/analysis.md)")
 
@@ -123,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--out", help="output image (.png or .pdf; default: TRACE-COMMAND.png in the current directory)")
         return s
 
+    INCOMPLETE = ("read a run that is still being written (or stopped, failed or killed) as far as it goes; "
+                  "a sweep index while its sweep runs (its complete runs)")
+
     cmd("plot-quantize", "plot the error table of an `fp4drift quantize` output")
     cmd("plot-gemm", "plot the error split of an `fp4drift gemm` output")
-    cmd("plot-run", "plot a run trace (one mlp or lm trace, or several sum/dot traces overlaid)", many=True)
+    r = cmd("plot-run", "plot a run trace (one mlp or lm trace, or several sum/dot traces overlaid)", many=True)
     lm = cmd("plot-lm", "plot an lm trace: losses, loss gap, weight error, operand NMSE per linear kind")
     lm.add_argument("--smooth", type=_at_least_one, default=20, help="trailing mean over this many steps")
     g = cmd("plot-growth", "weight error vs step (log-log) with fitted growth exponents and CIs", many=True)
@@ -151,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("traces", nargs="+")
     f.add_argument("--confidence", type=float, default=0.95)
     f.add_argument("--where", action="append", help=WHERE)
+    for s in (r, lm, g, h, st, c, a, f):
+        s.add_argument("--allow-incomplete", action="store_true", help=INCOMPLETE)
     b = sub.add_parser("bias", help="SR bias test across seeds (sum/dot traces); exit 1 if biased")
     b.add_argument("traces", nargs="+")
     b.add_argument("--confidence", type=float, default=0.99)
@@ -185,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         labels = None
         if a.command in ("fit", "compare", "plot-growth", "ablation"):
             from .sweep import expand_traces
-            a.traces, labels = expand_traces(a.traces, a.where)
+            a.traces, labels = expand_traces(a.traces, a.where, a.allow_incomplete)
         if a.command == "fit":
-            _fit_table(a.traces, a.confidence, labels)
+            _fit_table(a.traces, a.confidence, labels, a.allow_incomplete)
             return 0
         if a.command == "sweep-stats":
             _sweep_stats(a)
@@ -199,19 +213,19 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "plot-gemm":
             plots.plot_gemm(a.trace, a.out)
         elif a.command == "plot-run":
-            plots.plot_runs(a.traces, a.out)
+            plots.plot_runs(a.traces, a.out, a.allow_incomplete)
         elif a.command == "plot-lm":
-            plots.plot_lm(a.trace, a.out, a.smooth)
+            plots.plot_lm(a.trace, a.out, a.smooth, a.allow_incomplete)
         elif a.command == "plot-growth":
-            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method, a.param, labels)
+            plots.plot_growth(a.traces, a.out, recipes, a.layer, a.method, a.param, labels, a.allow_incomplete)
         elif a.command == "plot-heatmap":
-            plots.plot_heatmap(a.trace, a.out, a.quantity)
+            plots.plot_heatmap(a.trace, a.out, a.quantity, a.allow_incomplete)
         elif a.command == "plot-stats":
-            plots.plot_stats(a.trace, a.out, a.smooth)
+            plots.plot_stats(a.trace, a.out, a.smooth, a.allow_incomplete)
         elif a.command == "compare":
-            plots.plot_compare(a.traces, a.out, recipes, labels=labels)
+            plots.plot_compare(a.traces, a.out, recipes, labels=labels, allow_incomplete=a.allow_incomplete)
         elif a.command == "ablation":
-            plots.plot_ablation(a.traces, a.out, a.window, labels)
+            plots.plot_ablation(a.traces, a.out, a.window, labels, a.allow_incomplete)
         print(f"wrote {a.out}")
     except (OSError, SchemaError, KeyError, ValueError, BoundsError) as e:
         print(f"fp4drift_analysis: error: {e}", file=sys.stderr)

@@ -35,26 +35,37 @@ def _kind(r) -> str:
     return "lm" if isinstance(r, LmRun) else "mlp" if isinstance(r, MlpRun) else r.options.get("operation", "sum/dot")
 
 
-def _mlp(path: str) -> MlpRun:
-    r = load_run(path)
+def _load(trace, allow_incomplete: bool):
+    """A trace path loaded (a run still being written only with allow_incomplete), or a run
+    already loaded passed through."""
+    return trace if isinstance(trace, (MlpRun, LmRun, SumDotRun)) else load_run(trace, allow_incomplete)
+
+
+def _mlp(path, allow_incomplete: bool = False) -> MlpRun:
+    r = _load(path, allow_incomplete)
     if not isinstance(r, MlpRun):
-        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an mlp trace")
+        raise SchemaError(f"{r.path}: a {_kind(r)} trace, this plot needs an mlp trace")
     return r
 
 
-def _lm(path: str) -> LmRun:
-    r = load_run(path)
+def _lm(path, allow_incomplete: bool = False) -> LmRun:
+    r = _load(path, allow_incomplete)
     if not isinstance(r, LmRun):
-        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an lm trace")
+        raise SchemaError(f"{r.path}: a {_kind(r)} trace, this plot needs an lm trace")
     return r
 
 
-def _training(path: str) -> MlpRun | LmRun:
+def _training(path, allow_incomplete: bool = False) -> MlpRun | LmRun:
     """An mlp or lm trace: the plots of training runs against a reference read both."""
-    r = load_run(path)
+    r = _load(path, allow_incomplete)
     if not isinstance(r, (MlpRun, LmRun)):
-        raise SchemaError(f"{path}: a {_kind(r)} trace, this plot needs an mlp or lm trace")
+        raise SchemaError(f"{r.path}: a {_kind(r)} trace, this plot needs an mlp or lm trace")
     return r
+
+
+def _note(r) -> str:
+    """What a title adds for a run read before it completed: " - incomplete (running, up to step N)"."""
+    return f" - {r.incomplete}" if r.incomplete else ""
 
 
 def _rows(r: MlpRun | LmRun) -> tuple[str, list[str]]:
@@ -143,12 +154,13 @@ def plot_quantize(path: str, out: str) -> None:
     _save(fig, out)
 
 
-def plot_mlp(path: str, out: str, smooth: int = 20) -> None:
+def plot_mlp(path, out: str, smooth: int = 20, allow_incomplete: bool = False) -> None:
     """Training trajectories of an mlp trace: losses (reference dashed), relative loss gap, and
     the last layer's weight error against the reference on log-log axes with the fitted growth
     exponent and its 95% CI, and the mean NMSE of the quantized GEMM operands."""
     _check_out(out)
-    r = _mlp(path)
+    r = _mlp(path, allow_incomplete)
+    path = r.path
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     (a0, a1), (a2, a3) = axes
     a0.semilogy(r.step, r.reference_loss, "k--", lw=1, label=f"reference ({r.reference_precision})")
@@ -173,7 +185,7 @@ def plot_mlp(path: str, out: str, smooth: int = 20) -> None:
     for a in axes.flat:
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=7)
-    fig.suptitle(f"fp4drift run (mlp): {r.attrs.get('config_source', path)}", fontsize=10)
+    fig.suptitle(f"fp4drift run (mlp): {r.attrs.get('config_source', path)}{_note(r)}", fontsize=10)
     fig.tight_layout()
     _save(fig, out)
 
@@ -193,14 +205,15 @@ def lm_kind_nmse(r: LmRun, recipe: str, stat: str = "nmse") -> dict[str, np.ndar
     return {k: v[keep].mean(axis=0) for k, v in r.operand_by_kind(recipe, stat).items()}
 
 
-def plot_lm(path: str, out: str, smooth: int = 20) -> None:
+def plot_lm(path, out: str, smooth: int = 20, allow_incomplete: bool = False) -> None:
     """An lm trace in four panels: the losses (raw per-batch values faint, trailing means of
     `smooth` records solid; the source's loss floor and the unigram loss as horizontal lines),
     the relative loss gap, the whole model's weight error against the reference on log-log axes
     with its fitted growth exponent, and the operand NMSE per linear kind (bars: mean over the
     six operands; markers: the three GEMM roles). A BF16 switch is a vertical line."""
     _check_out(out)
-    r = _lm(path)
+    r = _lm(path, allow_incomplete)
+    path = r.path
     switch = r.switch_to_bf16_step
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     (a0, a1), (a2, a3) = axes
@@ -240,7 +253,7 @@ def plot_lm(path: str, out: str, smooth: int = 20) -> None:
     m = r.model
     fig.suptitle(f"fp4drift run (lm): {r.attrs.get('config_source', path)} - pattern {m.get('pattern', '?')}, "
                  f"d_model {m.get('d_model', '?')}, vocab {m.get('vocab', '?')}, {m.get('parameters', '?')} parameters, "
-                 f"{len(r.step)} steps, data {r.data}", fontsize=10)
+                 f"{len(r.step)} steps, data {r.data}{_note(r)}", fontsize=10)
     fig.tight_layout()
     _save(fig, out)
 
@@ -275,25 +288,27 @@ def _loss_label(r: MlpRun) -> str:
     return "loss: cross-entropy [nats]" if task == "classification" else "loss: 0.5 mean squared error"
 
 
-def plot_runs(paths: list[str], out: str) -> None:
+def plot_runs(paths: list[str], out: str, allow_incomplete: bool = False) -> None:
     """Relative error |s_n - exact| / |exact| against n on log-log axes, one line per trace:
     run 0 for RNE/RZ; for SR the RMS over the runs (solid), |mean| (dotted) and the bound
-    sqrt(sum step^2 / 4) (dashed), all relative to |exact|."""
+    sqrt(sum step^2 / 4) (dashed), all relative to |exact|. One mlp or lm trace is drawn by
+    plot_mlp / plot_lm; with allow_incomplete also while its run is going (or after it stopped),
+    the title saying up to which step."""
     def positive(v: np.ndarray) -> np.ndarray:  # exact points (error 0) have no place on a log axis
         return np.where(v > 0, v, np.nan)
 
     _check_out(out)
     if len(paths) == 1:
-        first = load_run(paths[0])
+        first = load_run(paths[0], allow_incomplete)
         if isinstance(first, MlpRun):
-            plot_mlp(paths[0], out)
+            plot_mlp(first, out)
             return
         if isinstance(first, LmRun):
-            plot_lm(paths[0], out)
+            plot_lm(first, out)
             return
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, path in enumerate(paths):
-        r = load_run(path)
+        r = load_run(path, allow_incomplete)
         if isinstance(r, (MlpRun, LmRun)):
             raise SchemaError(f"{path}: an {_kind(r)} trace; plot one at a time, or overlay {_kind(r)} traces "
                               "with `compare`")
@@ -321,11 +336,13 @@ def _names(paths: list[str], labels: dict[str, str] | None) -> str:
     return ", ".join(dict.fromkeys(names))
 
 
-def _run_pairs(paths: list[str], recipes: list[str] | None, labels: dict[str, str] | None = None):
+def _run_pairs(paths: list[str], recipes: list[str] | None, labels: dict[str, str] | None = None,
+               allow_incomplete: bool = False):
     """(label, trace, run) for every recipe (or the named ones) of every mlp trace, or of every
     lm trace: the two are not mixed (their loss and weight error are different quantities).
-    `labels` names traces by path (a sweep's runs by their overrides: sweep.expand_traces)."""
-    traces = [_training(p) for p in paths]
+    `labels` names traces by path (a sweep's runs by their overrides: sweep.expand_traces); the
+    label of a run read before it completed (allow_incomplete) says how far it got."""
+    traces = [_training(p, allow_incomplete) for p in paths]
     kinds = {_kind(t) for t in traces}
     if len(kinds) > 1:
         raise SchemaError(f"a mix of mlp and lm traces ({', '.join(paths)}): their losses and weight errors "
@@ -339,19 +356,21 @@ def _run_pairs(paths: list[str], recipes: list[str] | None, labels: dict[str, st
             if recipes and name not in t.names:
                 continue
             prefix = labels[path] if labels and path in labels else _trace_label(t, many)
-            pairs.append((f"{prefix}:{name}" if prefix else name, t, t.run(name)))
+            label = f"{prefix}:{name}" if prefix else name
+            pairs.append((f"{label} [{t.incomplete}]" if t.incomplete else label, t, t.run(name)))
     if not pairs:
         raise KeyError(f"none of the recipes {', '.join(recipes or [])} is in {', '.join(paths)}")
     return pairs
 
 
 def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, layer: int = -1,
-                method: str = "ols", param: str | None = None, labels: dict[str, str] | None = None) -> None:
+                method: str = "ols", param: str | None = None, labels: dict[str, str] | None = None,
+                allow_incomplete: bool = False) -> None:
     """Weight error against the reference vs step on log-log axes, one line per (trace, recipe),
     each with its fitted power law (dashed) and exponent with 95% CI in the legend. mlp traces:
     the `layer` (the last by default); lm traces: the whole model, or the parameter `param`."""
     _check_out(out)
-    pairs = _run_pairs(paths, recipes, labels)
+    pairs = _run_pairs(paths, recipes, labels, allow_incomplete)
     for label, t, run in pairs:   # an index past the layers was an IndexError traceback
         if isinstance(t, MlpRun) and not -t.layers <= layer < t.layers:
             raise ValueError(f"{label}: layer {layer} does not exist ({t.layers} layers: 0..{t.layers - 1}, "
@@ -369,12 +388,12 @@ def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, la
     _save(fig, out)
 
 
-def plot_heatmap(path: str, out: str, quantity: str = "weight_rel_error") -> None:
+def plot_heatmap(path: str, out: str, quantity: str = "weight_rel_error", allow_incomplete: bool = False) -> None:
     """Per-layer heat map (layers x compare steps, log colour scale) of the weight error against
     the reference, or of another per-layer compare quantity (grad_rel_error, ...), one panel
     per recipe on a shared colour scale. An lm trace has one row per parameter."""
     _check_out(out)
-    r = _training(path)
+    r = _training(path, allow_incomplete)
     what, rows = _rows(r)
     mats = []
     for run in r.runs:
@@ -398,7 +417,7 @@ def plot_heatmap(path: str, out: str, quantity: str = "weight_rel_error") -> Non
     axes[-1, 0].set_xlabel("step")
     unit = "||W - W_ref||_F / ||W_ref||_F" if quantity == "weight_rel_error" else quantity
     fig.colorbar(im, ax=axes[:, 0].tolist(), label=unit)
-    fig.suptitle(f"per-{what} {quantity}: {r.attrs.get('config_source', path)}", fontsize=10)
+    fig.suptitle(f"per-{what} {quantity}: {r.attrs.get('config_source', path)}{_note(r)}", fontsize=10)
     _save(fig, out)
 
 
@@ -406,12 +425,12 @@ STAT_LABELS = {"nmse": "NMSE = sum (x_hat - x)^2 / sum x^2", "clipped_fraction":
                "underflow_fraction": "underflow fraction [%]", "zero_scale_fraction": "zero-scale blocks [%]"}
 
 
-def plot_stats(path: str, out: str, smooth: int = 1) -> None:
+def plot_stats(path: str, out: str, smooth: int = 1, allow_incomplete: bool = False) -> None:
     """Quantization-statistic histories of an mlp or lm trace: per statistic a panel, one line
     per (recipe, GEMM role), the mean over the quantized operands of that role (all layers; an
     lm trace's per-kind view is plot_lm's last panel)."""
     _check_out(out)
-    r = _training(path)
+    r = _training(path, allow_incomplete)
     keys = ["nmse"] + [k for k in ("clipped_fraction", "underflow_fraction", "zero_scale_fraction")
                        if all(f"operand_{k}" in run.extra for run in r.runs)]
     fig, axes = plt.subplots(len(keys), 1, figsize=(9, 2.6 * len(keys)), sharex=True, squeeze=False)
@@ -436,25 +455,25 @@ def plot_stats(path: str, out: str, smooth: int = 1) -> None:
         ax.legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(f"quantization statistics of the GEMM operands (mean per role): "
-                 f"{r.attrs.get('config_source', path)}", fontsize=10)
+                 f"{r.attrs.get('config_source', path)}{_note(r)}", fontsize=10)
     fig.tight_layout()
     _save(fig, out)
 
 
 def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, smooth: int = 20,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None, allow_incomplete: bool = False) -> None:
     """Overlay several traces: sum/dot traces as in plot_runs; mlp traces (e.g. RN vs SR, RHT on
     and off, or one config against an ablation) by relative loss gap and last-layer weight
     error with fitted exponents, one line per (trace, recipe); lm traces the same with the
     whole model's weight error."""
     _check_out(out)
-    loaded = [load_run(p) for p in paths]
+    loaded = [load_run(p, allow_incomplete) for p in paths]
     if all(isinstance(t, SumDotRun) for t in loaded):
         plot_runs(paths, out)
         return
     if any(isinstance(t, SumDotRun) for t in loaded):
         raise SchemaError("compare: mix of training (mlp/lm) and sum/dot traces; compare traces of one kind")
-    pairs = _run_pairs(paths, recipes, labels)
+    pairs = _run_pairs(paths, recipes, labels, allow_incomplete)
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(13, 5))
     for i, (label, t, run) in enumerate(pairs):
         c = f"C{i % 10}"
@@ -473,14 +492,14 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
     _save(fig, out)
 
 
-def ablation_table(paths: list[str], window: int = 50,
-                   labels: dict[str, str] | None = None) -> list[tuple[str, float, float, float]]:
+def ablation_table(paths: list[str], window: int = 50, labels: dict[str, str] | None = None,
+                   allow_incomplete: bool = False) -> list[tuple[str, float, float, float]]:
     """(label, final relative loss gap, final weight error, growth exponent) per (trace, recipe).
     mlp: the mean of the last `window` steps' gaps and the last layer's weight error. lm: the gap
     of the last `window` steps' mean losses, as the trace's tail_rel_loss_gap is read (equal to it
     for window = records / 10; a per-batch gap is noisy), and the whole model's weight error."""
     rows = []
-    for label, t, run in _run_pairs(paths, None, labels):
+    for label, t, run in _run_pairs(paths, None, labels, allow_incomplete):
         w = min(window, len(run.rel_loss_gap))
         if isinstance(t, LmRun):
             ref = np.mean(t.reference_loss[-w:])
@@ -492,11 +511,12 @@ def ablation_table(paths: list[str], window: int = 50,
     return rows
 
 
-def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str, str] | None = None) -> None:
+def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str, str] | None = None,
+                  allow_incomplete: bool = False) -> None:
     """Ablation bars: per (trace, recipe) the final relative loss gap and the final weight error
     (an mlp's last layer, an lm's whole model), sorted by loss gap."""
     _check_out(out)
-    rows = sorted(ablation_table(paths, window, labels), key=lambda r: r[1])
+    rows = sorted(ablation_table(paths, window, labels, allow_incomplete), key=lambda r: r[1])
     y = np.arange(len(rows))
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 0.4 * len(rows) + 1.8), sharey=True)
     gaps = [100 * r[1] for r in rows]
@@ -509,7 +529,7 @@ def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str
     a1.barh(y, [r[2] for r in rows], color="tab:blue")
     for yi, r in zip(y, rows):
         a1.text(r[2], yi, f" {r[2]:.3g} (b = {r[3]:.2f})", va="center", fontsize=8)
-    which = "whole-model" if isinstance(load_run(paths[0]), LmRun) else "last-layer"
+    which = "whole-model" if isinstance(load_run(paths[0], allow_incomplete), LmRun) else "last-layer"
     a1.set_xlabel(f"final {which} ||W - W_ref||_F / ||W_ref||_F  (growth exponent b)")
     for a in (a0, a1):
         a.grid(axis="x", alpha=0.3)

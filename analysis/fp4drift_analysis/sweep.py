@@ -187,19 +187,22 @@ def select_runs(s: Sweep, where: dict) -> list[int]:
     return [int(i) for i in s.complete() if all(sets[i].get(k) == v for k, v in where.items())]
 
 
-def expand_traces(paths: list[str], where: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+def expand_traces(paths: list[str], where: list[str] | None = None,
+                  allow_incomplete: bool = False) -> tuple[list[str], dict[str, str]]:
     """The trace paths behind `paths`, a sweep index standing for the traces of its complete runs
     that match `where` (KEY=VALUE), and a label per sweep trace: the override keys that vary
-    between the selected runs (`lm.pattern=MMMMM lm.seed=2`). Other paths pass through unlabelled."""
+    between the selected runs (`lm.pattern=MMMMM lm.seed=2`). Other paths pass through unlabelled.
+    allow_incomplete: a trace being written passes too, and a sweep still running is read (its
+    complete runs, as load_sweep's allow_incomplete)."""
     from .traces import schema_of
     cond = parse_where(where)
     out, labels, sweeps = [], {}, 0
     for p in paths:
-        if schema_of(p) != "fp4drift.sweep":
+        if schema_of(p, allow_incomplete) != "fp4drift.sweep":
             out.append(p)
             continue
         sweeps += 1
-        s = load_sweep(p)
+        s = load_sweep(p, allow_incomplete)
         runs = select_runs(s, cond)
         if not runs:
             raise ValueError(f"{p}: no complete run matches {' '.join(where or []) or 'the sweep'}")

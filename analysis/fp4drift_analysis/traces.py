@@ -29,19 +29,45 @@ class SchemaError(ValueError):
     """The file is not an fp4drift output of a schema version this package understands."""
 
 
+class IncompleteError(SchemaError):
+    """A run trace that is not complete - still being written, stopped, failed or killed - read
+    without allow_incomplete."""
+
+
+# What HDF5 says when a plain (non-SWMR) reader meets a file that a writer has open: a run in
+# progress, or one killed while it was writing (its superblock keeps the flag).
+_WRITER_HAS_IT = ("already open for write", "unable to lock file")
+INCOMPLETE_HINT = "pass --allow-incomplete (Python: allow_incomplete=True) to read what it holds so far"
+
+
+def _open_h5(path: str, allow_incomplete: bool) -> h5py.File:
+    """The file read-only; a run trace being written (docs/trace-format.md, "Reading a run while
+    it runs") only with allow_incomplete, and then as a SWMR reader."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:   # h5py's "file signature not found" does not say which file
+        if not any(m in str(e) for m in _WRITER_HAS_IT):
+            raise OSError(f"{path}: not readable as an HDF5 file ({e})") from e
+    if not allow_incomplete:
+        raise IncompleteError(f"{path}: a run still being written (or killed while it was); {INCOMPLETE_HINT}")
+    try:
+        return h5py.File(path, "r", libver="latest", swmr=True)
+    except OSError as e:
+        raise OSError(f"{path}: being written and not open to readers at this instant (the run is starting, "
+                      f"stopping or finishing: try again) ({e})") from e
+
+
 @contextmanager
-def _open(path: str):
+def _open(path: str, allow_incomplete: bool = False):
     """h5py.File(path, "r") for the loaders, with errors that name the file: h5py says "Unable
     to synchronously open file (... errno = 2 ...)" for a missing file, and a KeyError without
-    the file ("object 'step' doesn't exist") for a trace that lacks a dataset."""
+    the file ("object 'step' doesn't exist") for a trace that lacks a dataset. A trace still
+    being written is read in SWMR mode, with allow_incomplete only."""
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path}: is a directory, not a trace file")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
-    try:
-        h = h5py.File(path, "r")
-    except OSError as e:   # h5py's "file signature not found" does not say which file
-        raise OSError(f"{path}: not readable as an HDF5 file ({e})") from e
+    h = _open_h5(path, allow_incomplete)
     with h as f:
         try:
             yield f
@@ -70,8 +96,7 @@ def _check_schema(f: h5py.File, expected: str, allow_incomplete: bool = False) -
         )
     status = _str(f.attrs.get("status", "complete"))
     if status != "complete" and not allow_incomplete:
-        raise SchemaError(f"{f.filename}: run status is {status!r}, not 'complete' "
-                          "(pass allow_incomplete=True to look at a partial run)")
+        raise IncompleteError(f"{f.filename}: run status is {status!r}, not 'complete'; {INCOMPLETE_HINT}")
 
 
 def _optional(module: str):
@@ -94,6 +119,20 @@ class _Provenance:
 
 
 class _RunConfig(_Provenance):
+    @property
+    def status(self) -> str:
+        """complete, or (read with allow_incomplete) running, interrupted or failed."""
+        return _str(self.attrs.get("status", "complete"))
+
+    @property
+    def incomplete(self) -> str:
+        """"" for a complete run; otherwise what a figure or table says of it: how far it got."""
+        if self.status == "complete":
+            return ""
+        step = getattr(self, "step", None)
+        upto = f", up to step {int(step[-1])}" if step is not None and len(step) else ", no step recorded yet"
+        return f"incomplete ({self.status}{upto})"
+
     @property
     def config(self) -> dict:
         """The run's config file, parsed back from the verbatim text in the trace."""
@@ -620,11 +659,45 @@ def _load_lm(f: h5py.File, path: str) -> LmRun:
     return out
 
 
+# The datasets indexed by compare step; every other per-row array of an mlp or lm trace is indexed
+# by recorded step.
+_COMPARE_ARRAYS = {"compare_step", "weight_rel_error", "weight_rel_error_total", *LM_PROBES}
+
+
+def _cut_to_common_rows(r) -> None:
+    """A trace read while it is written: the writer extends its datasets one after another at a
+    flush, so a reader can find some a flush ahead of the others. Every per-record (per-compare)
+    array is cut to the rows all of them have, so that row i is one step everywhere."""
+    found = []   # (holder, key, array, is_dict)
+    for o in (r, *r.runs):
+        for k, v in vars(o).items():
+            if isinstance(v, np.ndarray) and v.ndim >= 1:
+                found.append((o, k, v, False))
+            elif k == "extra" and isinstance(v, dict):
+                found += [(v, kk, vv, True) for kk, vv in v.items() if isinstance(vv, np.ndarray) and vv.ndim >= 1]
+    for compare in (False, True):
+        group = [x for x in found if (x[1] in _COMPARE_ARRAYS) == compare]
+        n = min((len(x[2]) for x in group), default=0)
+        for holder, k, v, is_dict in group:
+            if is_dict:
+                holder[k] = v[:n]
+            else:
+                setattr(holder, k, v[:n])
+
+
 def load_run(path: str, allow_incomplete: bool = False):
     """Load an `fp4drift run` trace: SumDotRun (sum, dot), MlpRun (mlp) or LmRun (lm). An mlp or
-    lm run that was interrupted or failed is refused unless allow_incomplete (its data ends at
-    the last flush)."""
-    with _open(path) as f:
+    lm run that is still running (read in SWMR mode), was interrupted, failed or was killed is
+    refused unless allow_incomplete: its data ends at its last flush, every per-step array cut to
+    the steps all of them have, and its `incomplete` property says how far it got."""
+    r = _load_run(path, allow_incomplete)
+    if isinstance(r, (MlpRun, LmRun)) and r.status != "complete":
+        _cut_to_common_rows(r)
+    return r
+
+
+def _load_run(path: str, allow_incomplete: bool):
+    with _open(path, allow_incomplete) as f:
         _check_schema(f, "fp4drift.run", allow_incomplete)
         workload = _str(f.attrs.get("workload", ""))
         if workload in RUN_WORKLOADS:
@@ -688,8 +761,8 @@ def register_loader(schema: str, versions: set[int], loader: Callable) -> None:
     LOADERS[schema] = loader
 
 
-def schema_of(path: str) -> str:
-    with _open(path) as f:
+def schema_of(path: str, allow_incomplete: bool = False) -> str:
+    with _open(path, allow_incomplete) as f:
         schema = f.attrs.get("schema")
     if schema is None:
         raise SchemaError(f"{path}: not an fp4drift output (no schema attribute)")
@@ -698,7 +771,7 @@ def schema_of(path: str) -> str:
 
 def load(path: str, allow_incomplete: bool = False):
     """Load any fp4drift output by its `schema` attribute; an unknown schema is refused by name."""
-    schema = schema_of(path)
+    schema = schema_of(path, allow_incomplete)
     if schema not in LOADERS:
         raise SchemaError(f"{path}: unknown schema {schema!r} (this package reads {', '.join(sorted(LOADERS))})")
     return LOADERS[schema](path, allow_incomplete=allow_incomplete)

@@ -185,8 +185,9 @@ def test_mlp_interrupted_by_sigint_resumes_bit_exactly(tmp_path: Path) -> None:
 
 
 def test_mlp_killed_outright_resumes_bit_exactly(tmp_path: Path) -> None:
-    """SIGKILL (no handler runs): the file must be as at its last flush - readable, status still
-    'running', and --resume continues to the same bits as an uninterrupted run."""
+    """SIGKILL (no handler runs): the file must be as at its last flush - readable by a SWMR
+    reader (the killed writer's flag keeps plain readers out until a resume clears it), status
+    still 'running', and --resume continues to the same bits as an uninterrupted run."""
     import signal
 
     cfg = tmp_path / "m.toml"
@@ -200,7 +201,9 @@ def test_mlp_killed_outright_resumes_bit_exactly(tmp_path: Path) -> None:
         assert line.startswith("progress:"), line
     p.send_signal(signal.SIGKILL)
     p.wait()
-    with h5py.File(cut, "r") as f, h5py.File(str(cut) + ".ckpt", "r") as c:
+    with pytest.raises(OSError, match="already open for write"):
+        h5py.File(cut, "r")
+    with h5py.File(cut, "r", libver="latest", swmr=True) as f, h5py.File(str(cut) + ".ckpt", "r") as c:
         assert f.attrs["status"] == "running"
         ck = int(c.attrs["step"])
         assert 0 < ck < 1200 and f["mlp/step"].shape[0] == int(c.attrs["records"])
