@@ -44,11 +44,13 @@ const std::vector<GemmRecipe>& gemm_recipes() {
        MxScaleRule::Ceil},
       {"mxfp4-rceil", "MXFP4 1x32, float32 amax/6 rounded up", K::Mxfp4, false, false, false, 0, false,
        MxScaleRule::Rceil},
-      {"nvfp4", "paper recipe: 16x16 weights, RHT-16 on Wgrad operands, SR on gradients", K::Nvfp4, true, true, true, 0},
-      {"nvfp4-no-sr", "nvfp4 without stochastic rounding", K::Nvfp4, true, true, false, 0},
-      {"nvfp4-no-rht", "nvfp4 without the RHT", K::Nvfp4, true, false, true, 0},
-      {"nvfp4-no-2d", "nvfp4 with 1x16 weight blocks", K::Nvfp4, false, true, true, 0},
-      {"nvfp4-sr8", "nvfp4 with 8-bit SR (as cvt.rs)", K::Nvfp4, true, true, true, 8},
+      {"nvfp4", "paper recipe: 16x16 weights, RHT-16 on Wgrad operands, hardware SR (cvt.rs) on gradients", K::Nvfp4,
+       true, true, true, kSrHw},
+      {"nvfp4-no-sr", "nvfp4 without stochastic rounding", K::Nvfp4, true, true, false, kSrHw},
+      {"nvfp4-no-rht", "nvfp4 without the RHT", K::Nvfp4, true, false, true, kSrHw},
+      {"nvfp4-no-2d", "nvfp4 with 1x16 weight blocks", K::Nvfp4, false, true, true, kSrHw},
+      {"nvfp4-sr8", "nvfp4 with 8-bit SR (top 8 bits of a 32-bit word per element)", K::Nvfp4, true, true, true, 8},
+      {"nvfp4-sr-exact", "nvfp4 with exact SR (the idealised reference)", K::Nvfp4, true, true, true, kSrExact},
       {"nvfp4-plain", "NVFP4 1x16 RNE everywhere, no RHT", K::Nvfp4, false, false, false, 0},
   };
   return r;
@@ -62,16 +64,21 @@ GemmRecipe gemm_recipe(const std::string& name) {
     GemmRecipe r = gemm_recipe("nvfp4");
     r.name = name;
     std::string rest = name.substr(5), description;
-    bool ok = true;
+    bool ok = true, sr_kind = false;
     while (ok && !rest.empty()) {
       ok = false;
-      for (const char* m : {"-no-sr", "-no-rht", "-no-2d", "-sr8"}) {
+      // "-sr-exact" before "-sr8": no modifier is a prefix of a later one in this list.
+      for (const char* m : {"-no-sr", "-no-rht", "-no-2d", "-sr-exact", "-sr8"}) {
         const std::string mod = m;
         if (rest.rfind(mod, 0) != 0 || description.find(mod) != std::string::npos) continue;
+        const bool kind = mod == "-sr8" || mod == "-sr-exact";
+        if (kind && sr_kind) continue;  // one SR kind at most: -sr8-sr-exact names no recipe
+        sr_kind = sr_kind || kind;
         if (mod == "-no-sr") r.sr_gradients = false;
         if (mod == "-no-rht") r.rht_wgrad = false;
         if (mod == "-no-2d") r.two_d_weights = false;
         if (mod == "-sr8") r.sr_bits = 8;
+        if (mod == "-sr-exact") r.sr_bits = kSrExact;
         description += mod;
         rest = rest.substr(mod.size());
         ok = true;
@@ -86,7 +93,7 @@ GemmRecipe gemm_recipe(const std::string& name) {
   std::string known;
   for (const GemmRecipe& g : gemm_recipes()) known += (known.empty() ? "" : ", ") + g.name;
   throw std::invalid_argument("unknown GEMM recipe '" + name + "' (known: " + known +
-                              ", all, or nvfp4 with any of -no-sr -no-rht -no-2d -sr8)");
+                              ", all, or nvfp4 with any of -no-sr -no-rht -no-2d and one of -sr8 -sr-exact)");
 }
 
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names) {

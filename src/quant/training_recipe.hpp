@@ -34,14 +34,16 @@ struct GemmRecipe {
   bool two_d_weights = true;   // 16x16 (nvfp4) / 128x128 (fp8) weight tiles
   bool rht_wgrad = true;       // RHT-16 on both Wgrad operands (nvfp4)
   bool sr_gradients = true;    // SR on gradient operands (nvfp4)
-  int sr_bits = 0;             // 0 = exact SR
+  int sr_bits = kSrHw;         // hw (the paper's: cvt.rs), kSrExact, or k bits (rounding.hpp)
   bool fp8_per_tensor = false; // fp8: per-tensor current scaling instead of 1x128 / 128x128
   MxScaleRule mx_rule = MxScaleRule::Floor;
 };
 // The named recipes ('all'): bf16, fp8, fp8-tensor, mxfp4, mxfp4-ceil, mxfp4-rceil, nvfp4 and
 // its ablations. Besides these, any "nvfp4" followed by modifiers in any order names a
-// recipe: -no-sr, -no-rht, -no-2d (each switches one element off), -sr8 (8-bit SR); e.g.
-// "nvfp4-no-rht-no-sr". Throws std::invalid_argument listing the names otherwise.
+// recipe: -no-sr, -no-rht, -no-2d (each switches one element off) and at most one of -sr8
+// (8-bit SR from the top of a 32-bit word) and -sr-exact (exact SR) in place of the paper's
+// hardware SR; e.g. "nvfp4-no-rht-sr-exact". Throws std::invalid_argument listing the names
+// otherwise.
 const std::vector<GemmRecipe>& gemm_recipes();
 
 // The quantization of one GEMM operand under a recipe, for an operand given in NT form
