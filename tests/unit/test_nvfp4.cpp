@@ -22,12 +22,14 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/bf16.hpp"
 #include "quant/nvfp4_math.hpp"
 #include "quant/quantize.hpp"
 #include "quant/presets.hpp"
+#include "quant/training_recipe.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
 
@@ -1053,4 +1055,27 @@ TEST_CASE("hw SR bias against exact SR: measured mean error within the derived b
     CHECK(diff + z * diff_se > -std::ldexp(1.0, -8));
     if (is_designed) CHECK(std::fabs(b[1].predicted_hw + (std::ldexp(1.0, -8) - std::ldexp(1.0, -20))) < 1e-12);
   }
+}
+
+TEST_CASE("the paper's recipe rounds gradients with hw SR; -sr-exact and -sr8 name the others", "[hw]") {
+  const auto grad_bits = [](const std::string& name, bool wgrad) {
+    const QuantSpec s = gemm_operand_spec(gemm_recipe(name), OperandKind::Gradient, wgrad, 1, 2);
+    return std::pair<Rounding, int>{s.rounding.mode, s.rounding.sr_bits};
+  };
+  for (const bool wgrad : {false, true}) {
+    CHECK(grad_bits("nvfp4", wgrad) == std::pair<Rounding, int>{Rounding::Stochastic, kSrHw});
+    CHECK(grad_bits("nvfp4-no-rht", wgrad) == std::pair<Rounding, int>{Rounding::Stochastic, kSrHw});
+    CHECK(grad_bits("nvfp4-sr-exact", wgrad) == std::pair<Rounding, int>{Rounding::Stochastic, kSrExact});
+    CHECK(grad_bits("nvfp4-no-2d-sr-exact", wgrad) == std::pair<Rounding, int>{Rounding::Stochastic, kSrExact});
+    CHECK(grad_bits("nvfp4-sr8-no-rht", wgrad) == std::pair<Rounding, int>{Rounding::Stochastic, 8});
+    CHECK(grad_bits("nvfp4-no-sr", wgrad).first == Rounding::NearestEven);
+  }
+  // Activations and weights never take SR.
+  CHECK(gemm_operand_spec(gemm_recipe("nvfp4"), OperandKind::Activation, true, 1, 2).rounding.mode ==
+        Rounding::NearestEven);
+  CHECK(gemm_operand_spec(gemm_recipe("nvfp4"), OperandKind::Weight, false, 1, 2).rounding.mode == Rounding::NearestEven);
+  // One SR kind per name.
+  CHECK_THROWS(gemm_recipe("nvfp4-sr8-sr-exact"));
+  CHECK_THROWS(gemm_recipe("nvfp4-sr-exact-sr8"));
+  CHECK_THROWS(gemm_recipe("nvfp4-sr-exact-sr-exact"));
 }
