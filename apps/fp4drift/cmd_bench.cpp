@@ -16,6 +16,7 @@
 #include "backend/cuda/bench.hpp"
 #include "commands.hpp"
 #include "quant/fp8_scaled.hpp"
+#include "quant/gemm_emulated.hpp"
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
 #include "quant/quantize.hpp"
@@ -82,7 +83,8 @@ double best_seconds(int repeat, const std::function<void()>& f) {
 
 // fp4drift bench gemm-ref: the exact fixed-point GEMM of NVFP4 operands (M = N = K = size)
 // in multiply-adds per second, against the same product of the dequantized values in
-// cpp_bin_float<256> (on a size of at most 128, where it takes seconds, as MAC/s).
+// cpp_bin_float<256> (on a size of at most 128, where it takes seconds, as MAC/s); and the
+// emulated NVFP4 GEMM under each accumulator (fp32-sequential, sm90, exact).
 int run_bench_gemm_ref(const BenchArgs& a) {
   struct Row {
     std::string what;
@@ -106,6 +108,11 @@ int run_bench_gemm_ref(const BenchArgs& a) {
       omp_set_num_threads(t);
       const double s = best_seconds(a.repeat, [&] { (void)ref::exact_block_gemm_nt(A, B); });
       rows.push_back({"exact-block (Kulisch)", size, t, s, macs / s});
+      // The emulated GEMM under each accumulator (the sm90 model's cost against sequential FP32).
+      for (const Accumulator acc : {Accumulator::Fp32Sequential, Accumulator::Sm90, Accumulator::Exact}) {
+        const double se = best_seconds(a.repeat, [&] { (void)gemm_nvfp4_emulated(qa, qb, {acc}); });
+        rows.push_back({"emulated " + to_string(acc), size, t, se, macs / se});
+      }
     }
     const std::int64_t ms = std::min<std::int64_t>(size, 128);
     std::vector<double> ad(static_cast<std::size_t>(ms * ms)), bd(ad.size());
@@ -129,9 +136,9 @@ int run_bench_gemm_ref(const BenchArgs& a) {
     return 0;
   }
   std::printf("fp4drift bench gemm-ref: exact GEMM of NVFP4 operands (M = N = K = size), best of %d\n", a.repeat);
-  std::printf("%-22s %6s %7s %11s %14s %16s\n", "case", "size", "threads", "seconds", "MMAC/s", "MMAC/s/core");
+  std::printf("%-26s %6s %7s %11s %14s %16s\n", "case", "size", "threads", "seconds", "MMAC/s", "MMAC/s/core");
   for (const Row& r : rows)
-    std::printf("%-22s %6lld %7d %11.4f %14.1f %16.1f\n", r.what.c_str(), static_cast<long long>(r.size), r.threads,
+    std::printf("%-26s %6lld %7d %11.4f %14.1f %16.1f\n", r.what.c_str(), static_cast<long long>(r.size), r.threads,
                 r.seconds, r.macs / 1e6, r.macs / 1e6 / r.threads);
   return 0;
 }

@@ -43,6 +43,7 @@ struct GemmArgs {
   bool json = false, save_tensors = false;
   std::string backend = "cpu";
   bool fp8_fast_accumulation = false;  // cuda: cuBLASLt's FP8 fast-accumulation mode
+  std::string accumulator = "fp32-sequential";  // the emulation's; cuda: sm90 = compare with the model
   std::string reference_precision;  // also compute the product in this precision and certify it
   bool force_memory = false;        // skip the memory check (the estimate is rough)
 };
@@ -180,6 +181,9 @@ void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::
   }
   if (!sr && a.draws != 1) throw UsageError("--sr-draws applies only to stochastic rounding, which no recipe here uses");
   if (!fp8 && a.fp8_fast_accumulation) throw UsageError("--fp8-fast-accumulation: no FP8 recipe in --recipe");
+  if (fp8 && a.accumulator == "sm90")
+    throw UsageError("--accumulator sm90 does not model FP8 GEMMs (a recipe in --recipe is fp8): it models the "
+                     "nvfp4, mxfp4 and bf16 recipes");
   if (a.save_tensors && a.out.empty()) throw UsageError("--save-tensors writes into --out FILE, and none is given");
 }
 
@@ -193,7 +197,27 @@ struct GemmPlan {
 };
 
 // The options and sizes checked (UsageError), the memory need against what is available.
+// --accumulator: a known name, and with a device backend only sm90 (checked before the
+// backend is opened: a wrong combination is a usage error on any machine).
+void refuse_bad_accumulator(const GemmArgs& a) {
+  try {
+    (void)parse_accumulator(a.accumulator);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--accumulator: ") + e.what());
+  }
+  if (a.backend != "cpu" && a.accumulator != "fp32-sequential" && a.accumulator != "sm90")
+    throw UsageError("--accumulator " + a.accumulator + " with --backend " + a.backend +
+                     ": the device accumulates as its hardware does; only sm90 (compare the device with the CPU "
+                     "model) applies");
+}
+
 GemmPlan plan_gemm(const GemmArgs& a, const Backend& backend, const Given& given) {
+  if (backend.is_device() && a.accumulator == "sm90") {
+    backend.require_available();
+    const std::string arch = backend.device_architecture();
+    if (arch.rfind("sm_90 ", 0) != 0)
+      throw UsageError("--accumulator sm90 models the tensor cores of sm_90 (H100, H200); this GPU is " + arch);
+  }
   if (a.fp8_fast_accumulation && !backend.is_device())
     throw UsageError("--fp8-fast-accumulation needs a device backend (--backend cuda): it is a tensor-core mode");
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
@@ -269,6 +293,8 @@ GemmExperimentOptions experiment_options(const GemmArgs& a, const Backend& backe
   GemmExperimentOptions opt;
   opt.seed = a.seed;
   opt.draws = a.draws;
+  opt.emulation.accumulator = parse_accumulator(a.accumulator);
+  opt.check_model = backend.is_device() && opt.emulation.accumulator == Accumulator::Sm90;
   if (backend.is_device()) {
     GemmProductOptions product_options;
     product_options.fp8_fast_accumulation = a.fp8_fast_accumulation;
@@ -321,15 +347,24 @@ void print_json(const GemmArgs& a, const std::vector<GemmResult>& results) {
     nlohmann::ordered_json o = {{"name", r.recipe}, {"split_exact", r.split_exact}, {"sr_draws", r.draws}};
     for (const auto& [key, s] : {std::pair{"total", r.total}, std::pair{"quantization", r.quantization},
                                  std::pair{"accumulation", r.accumulation},
+                                 std::pair{"accumulation_fp32_sequential", r.accumulation_fp32_sequential},
+                                 std::pair{"accumulation_beyond_fp32_sequential", r.accumulation_beyond_fp32_sequential},
                                  std::pair{"accumulation_dequant_fp32", r.accumulation_dequant_fp32}})
       o[key] = {{"rel_frobenius", s.rel_frobenius}, {"max_abs", s.max_abs}, {"bias", s.bias}};
     for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
                                  std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
       o[key] = {{"min", b.min}, {"p01", b.p01}, {"median", b.median}, {"exact_fraction", b.exact_fraction}};
     o["product_path"] = r.product_path;
+    o["accumulator"] = r.accumulator;
+    if (r.model_mismatches >= 0) o["model_mismatches"] = r.model_mismatches;
     if (r.draws > 1) {
       o["sr_rel_bias"] = r.sr_rel_bias;
       o["sr_rel_std"] = r.sr_rel_std;
+      o["sr_mean_rel_noise"] = r.sr_mean_rel_noise;
+      if (r.sr_own_rel_bias >= 0) {
+        o["sr_own_rel_bias"] = r.sr_own_rel_bias;
+        o["sr_deterministic_rel_bias"] = r.sr_deterministic_rel_bias;
+      }
     }
     j["recipes"].push_back(std::move(o));
   }
@@ -342,9 +377,10 @@ void print_json(const GemmArgs& a, const std::vector<GemmResult>& results) {
 // SR's bias and spread where they apply), the float reference's report, the output's name.
 void print_table(const GemmArgs& a, const Backend& backend, const std::string& first_source,
                  const std::vector<GemmResult>& results, const std::optional<FloatReferenceReport>& fref) {
-  std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s\n", a.role.c_str(),
+  std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s%s\n", a.role.c_str(),
               static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k),
-              first_source.c_str(), a.backend.c_str());
+              first_source.c_str(), a.backend.c_str(),
+              backend.is_device() ? "" : (", accumulator " + a.accumulator).c_str());
   std::printf("%-20s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
               "accum(deq32)", "total bias", "split");
   for (const GemmResult& r : results) {
@@ -357,9 +393,19 @@ void print_table(const GemmArgs& a, const Backend& backend, const std::string& f
                   "", r.accumulation_bits.min, r.accumulation_bits.p01, r.accumulation_bits.median,
                   r.accumulation_bits_dequant_fp32.min, r.accumulation_bits_dequant_fp32.p01,
                   r.accumulation_bits_dequant_fp32.median, "", r.product_path.c_str());
+    if (r.accumulator != "fp32-sequential")
+      std::printf("%-20s accumulation = sequential FP32 %.4e + beyond it %.4e (relative Frobenius)\n", "",
+                  r.accumulation_fp32_sequential.rel_frobenius, r.accumulation_beyond_fp32_sequential.rel_frobenius);
+    if (r.model_mismatches >= 0)
+      std::printf("%-20s sm90 model: %lld of %lld outputs differ from the device's bits\n", "",
+                  static_cast<long long>(r.model_mismatches), static_cast<long long>(r.rows * r.cols));
     if (r.draws > 1)
-      std::printf("%-20s SR over %d draws: relative bias %.3e, relative std %.3e\n", "", r.draws, r.sr_rel_bias,
-                  r.sr_rel_std);
+      std::printf("%-20s SR over %d draws: relative bias of the mean %.3e, relative std %.3e\n", "", r.draws,
+                  r.sr_rel_bias, r.sr_rel_std);
+    if (r.draws > 1 && r.sr_own_rel_bias >= 0)
+      std::printf("%-20s   = SR's own bias %.3e (noise of a %d-draw mean: %.3e) + the deterministic operand's "
+                  "rounding %.3e\n",
+                  "", r.sr_own_rel_bias, r.draws, r.sr_mean_rel_noise, r.sr_deterministic_rel_bias);
   }
   if (fref)
     std::printf("float reference %s: max relative difference to the exact product %.3e; certified against "
@@ -377,6 +423,7 @@ int split_status(const std::vector<GemmResult>& results) {
 }
 
 int run_gemm(const GemmArgs& a, const std::string& command_line, const Given& given) {
+  refuse_bad_accumulator(a);
   const Backend& backend = select_backend(a.backend);
   const GemmPlan plan = plan_gemm(a, backend, given);
   const LoadedOperands operands = load_operands(a, plan);
@@ -419,6 +466,10 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
   app.add_option("--backend", a->backend,
                  "cpu (emulated GEMMs, gemm_emulated.hpp) | cuda (the GPU's tensor cores through cuBLASLt; the "
                  "operands are quantized identically)")
+      ->capture_default_str();
+  app.add_option("--accumulator", a->accumulator,
+                 "cpu: how the emulated GEMMs accumulate: fp32-sequential | sm90 (the H100/H200 tensor-core model) | "
+                 "exact (rounded once); cuda: sm90 also runs the model and counts the outputs that differ")
       ->capture_default_str();
   app.add_flag("--fp8-fast-accumulation", a->fp8_fast_accumulation,
                "cuda: run FP8 GEMMs in cuBLASLt's fast-accumulation mode (no periodic FP32 promotion)");

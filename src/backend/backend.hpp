@@ -71,6 +71,9 @@ class Backend {
   // The accumulator probes of docs/numerics.md 8b (device backends; the CPU throws
   // std::invalid_argument: its emulation's accumulator is the model, not a measurement).
   virtual std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) const = 0;
+  // The architecture of the device in use as nvcc names it, then its name: "sm_90 (NVIDIA
+  // H200)"; "cpu" for the CPU.
+  virtual std::string device_architecture() const = 0;
   // The devices a sweep spreads its runs over (CUDA_VISIBLE_DEVICES values); empty: the CPU.
   virtual std::vector<std::string> devices() const = 0;
 };

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>&) const override {
     throw std::invalid_argument("the accumulator probes measure a device's GEMMs; the CPU's is the emulation");
   }
+  std::string device_architecture() const override { return "cpu"; }
   std::vector<std::string> devices() const override { return {}; }
 };
 

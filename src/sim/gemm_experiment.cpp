@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
+#include "format/e2m1.hpp"
 #include "quant/gemm_emulated.hpp"
 #include "quant/nvfp4.hpp"
 #include "quant/quantize.hpp"
@@ -103,9 +105,45 @@ AccumulationBits accumulation_bits(const std::vector<double>& err, const std::ve
   return b;
 }
 
-Matrix computed_product(const QuantizedTensor& a, const QuantizedTensor& b) {
-  if (a.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(a, b);
-  return gemm_block_scaled_emulated(a, b);
+Matrix computed_product(const QuantizedTensor& a, const QuantizedTensor& b, const EmulatedGemmOptions& opt) {
+  if (a.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(a, b, opt);
+  return gemm_block_scaled_emulated(a, b, opt);
+}
+
+// The SR operand's values before element rounding, in the stored orientation: the RHT's output
+// where there is one, else the input.
+Matrix unrounded_stored(const QuantizedTensor& q, const Matrix& input) {
+  const Matrix& x = q.spec.rht.enabled() ? q.transformed : input;
+  return q.spec.stored_transposed() ? transpose(x) : x;
+}
+
+// The exact values of a quantized NVFP4 operand (codes x block scale x global decode scale,
+// stored orientation) in double: at most 2 + 4 + 24 significant bits, so exact.
+std::vector<double> exact_nvfp4_values(const QuantizedTensor& q) {
+  std::vector<double> v(static_cast<std::size_t>(q.rows * q.cols));
+  const std::int64_t br = q.spec.is_2d() ? q.spec.block_rows : 1, bc = q.spec.block_cols;
+  for (std::int64_t r = 0; r < q.rows; ++r)
+    for (std::int64_t k = 0; k < q.cols; ++k)
+      v[static_cast<std::size_t>(r * q.cols + k)] =
+          static_cast<double>(e2m1_decode(q.code_at(r, k))) *
+          static_cast<double>(q.scale_values[static_cast<std::size_t>((r / br) * q.scale_cols + k / bc)]) *
+          static_cast<double>(q.global.decode);
+  return v;
+}
+
+// The product an unbiased SR operand averages to, exactly (rounded to double): the SR operand
+// unrounded times the other, deterministic operand's exact quantized values. Empty unless
+// exactly one NVFP4 operand is stochastically rounded.
+std::vector<double> sr_unbiased_target(const QuantizedTensor& qa, const QuantizedTensor& qb, const Matrix& A,
+                                       const Matrix& B) {
+  const bool sa = qa.spec.rounding.mode == Rounding::Stochastic, sb = qb.spec.rounding.mode == Rounding::Stochastic;
+  if (sa == sb || qa.spec.scheme != Scheme::Nvfp4 || qb.spec.scheme != Scheme::Nvfp4) return {};
+  const Matrix u = unrounded_stored(sa ? qa : qb, sa ? A : B);
+  const std::vector<double> ud(u.data.begin(), u.data.end()), det = exact_nvfp4_values(sa ? qb : qa);
+  const QuantizedTensor& qd = sa ? qb : qa;
+  const ref::BlockOperand ou = ref::block_operand_from_doubles(ud.data(), u.rows, u.cols),
+                          od = ref::block_operand_from_doubles(det.data(), qd.rows, qd.cols);
+  return sa ? ref::exact_block_gemm_nt(ou, od).rounded : ref::exact_block_gemm_nt(od, ou).rounded;
 }
 
 }  // namespace
@@ -129,6 +167,7 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
 
   GemmResult r;
   r.recipe = recipe.name;
+  r.accumulator = opt.product ? "device" : to_string(opt.emulation.accumulator);
   if (opt.product) r.product_path = opt.product_path.empty() ? "external" : opt.product_path;
   r.role = ops.role;
   r.rows = A.rows;
@@ -156,7 +195,7 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
     const std::uint64_t seed = opt.seed + static_cast<std::uint64_t>(d);
     QuantizedTensor qa = quantize_cpu(A, gemm_operand_spec(recipe, ka, wgrad, seed, stream_base + 1));
     QuantizedTensor qb = quantize_cpu(B, gemm_operand_spec(recipe, kb, wgrad, seed, stream_base + 2));
-    const Matrix c = opt.product ? opt.product(qa, qb) : computed_product(qa, qb);
+    const Matrix c = opt.product ? opt.product(qa, qb) : computed_product(qa, qb, opt.emulation);
     if (c.rows != r.rows || c.cols != r.cols) throw std::runtime_error("the GEMM backend returned a product of the wrong shape");
     for (std::size_t i = 0; i < n; ++i) {
       sum[i] += c.data[i];
@@ -196,16 +235,53 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
   r.quantization = error_stats(eq, r.exact);
   r.accumulation = error_stats(ea, r.exact);
 
+  // The accumulation split once more, against sequential FP32: accumulation =
+  // (fp32-sequential - exact) + (computed - fp32-sequential), the second part being what the
+  // tensor cores' (or the chosen model's) accumulation adds.
+  {
+    const Matrix seq = computed_product(r.qa, r.qb, EmulatedGemmOptions{});
+    std::vector<double> es(n), eb(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ref::ExactValue cs = exact_of_float(seq.data[i]);
+      const ref::ExactValue s_part = exact_sub(cs, exact_q.exact[i]), b_part = exact_sub(exact_of_float(r.computed[i]), cs);
+      es[i] = s_part.to_double();
+      eb[i] = b_part.to_double();
+    }
+    r.accumulation_fp32_sequential = error_stats(es, r.exact);
+    r.accumulation_beyond_fp32_sequential = error_stats(eb, r.exact);
+  }
+  // A device product checked against the CPU's model of its arithmetic.
+  if (opt.product && opt.check_model) {
+    const Matrix model = computed_product(r.qa, r.qb, opt.emulation);
+    r.model_mismatches = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      r.model_mismatches += std::memcmp(&model.data[i], &r.computed[i], sizeof(float)) != 0;
+  }
+
   if (r.draws > 1) {
-    double bias2 = 0, var = 0, ref2 = 0;
+    // SR's own bias is measured against the product SR is unbiased for: the SR operand as the
+    // quantizer saw it (unrounded) times the other operand as quantized (deterministic, the
+    // same in every draw). What separates that product from the exact one is the deterministic
+    // operand's rounding, reported apart.
+    const std::vector<double> sr_target = sr_unbiased_target(r.qa, r.qb, A, B);
+    double bias2 = 0, own2 = 0, det2 = 0, var = 0, ref2 = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const double mean = sum[i] / r.draws;
       bias2 += (mean - r.exact[i]) * (mean - r.exact[i]);
+      if (!sr_target.empty()) {
+        own2 += (mean - sr_target[i]) * (mean - sr_target[i]);
+        det2 += (sr_target[i] - r.exact[i]) * (sr_target[i] - r.exact[i]);
+      }
       var += std::max(0.0, (sum2[i] - r.draws * mean * mean) / (r.draws - 1));
       ref2 += r.exact[i] * r.exact[i];
     }
     r.sr_rel_bias = ref2 > 0 ? std::sqrt(bias2 / ref2) : 0.0;
     r.sr_rel_std = ref2 > 0 ? std::sqrt(var / ref2) : 0.0;
+    r.sr_mean_rel_noise = r.sr_rel_std / std::sqrt(static_cast<double>(r.draws));
+    if (!sr_target.empty() && ref2 > 0) {
+      r.sr_own_rel_bias = std::sqrt(own2 / ref2);
+      r.sr_deterministic_rel_bias = std::sqrt(det2 / ref2);
+    }
   }
   return r;
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/gemm_emulated.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
 #include "quant/training_recipe.hpp"
@@ -63,17 +64,35 @@ struct GemmResult {
   AccumulationBits accumulation_bits;              // of `computed`
   AccumulationBits accumulation_bits_dequant_fp32; // of the FP32 model
   std::string product_path = "cpu-emulation";      // what computed `computed`
+  std::string accumulator = "fp32-sequential";     // the emulation's accumulator, or "device"
+  // The accumulation error split against the sequential-FP32 emulation of the same operands:
+  // accumulation = accumulation_fp32_sequential + accumulation_beyond_fp32_sequential (the
+  // part the tensor cores' or the model's accumulation adds; zero for fp32-sequential).
+  ErrorStats accumulation_fp32_sequential, accumulation_beyond_fp32_sequential;
+  // A device product compared with the CPU model (GemmExperimentOptions::check_model): outputs
+  // whose bits differ; -1 when not compared.
+  std::int64_t model_mismatches = -1;
   bool split_exact = true;          // total == quantization + accumulation held exactly
   // With SR and draws > 1: the estimator over the draws (mean of computed).
   int draws = 1;
   double sr_rel_bias = 0;           // ||mean_d C_d - C_exact||_F / ||C_exact||_F
   double sr_rel_std = 0;            // sqrt(mean over elements of var_d C_d) / rms(C_exact)
+  // sr_rel_bias split (one SR operand, NVFP4): SR's own bias ||mean_d C_d - T||_F / ||C_exact||_F
+  // against T = exact(SR operand unrounded, the other operand's quantized values), and the
+  // deterministic part ||T - C_exact||_F / ||C_exact||_F (the other operand's rounding). The
+  // mean over draws carries sampling noise of about sr_mean_rel_noise = sr_rel_std / sqrt(draws):
+  // an own bias at that level is not distinguishable from zero. -1 where not applicable.
+  double sr_own_rel_bias = -1, sr_deterministic_rel_bias = -1, sr_mean_rel_noise = 0;
   QuantizedTensor qa, qb;           // the quantized operands (stored orientation)
 };
 
 struct GemmExperimentOptions {
   std::uint64_t seed = 0;  // SR draws and random signs; draw d uses seed + d
   int draws = 1;
+  EmulatedGemmOptions emulation;   // the CPU emulation's accumulator
+  // With `product` (a device): also compute the emulation with `emulation`'s accumulator and
+  // count the outputs whose bits differ from the device's (GemmResult::model_mismatches).
+  bool check_model = false;
   QuantizedProduct product;        // empty: the CPU emulation
   std::string product_path;        // its name for the trace (e.g. the cuBLASLt path)
   // Progress of the exact products (ExactGemmOptions::progress), with which one of the two

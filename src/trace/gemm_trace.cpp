@@ -69,12 +69,19 @@ void GemmTrace::add(const GemmResult& r, const std::string& description) {
   write_stats(g, "total", r.total);
   write_stats(g, "quantization", r.quantization);
   write_stats(g, "accumulation", r.accumulation);
+  write_stats(g, "accumulation_fp32_sequential", r.accumulation_fp32_sequential);
+  write_stats(g, "accumulation_beyond_fp32_sequential", r.accumulation_beyond_fp32_sequential);
   write_stats(g, "accumulation_dequant_fp32", r.accumulation_dequant_fp32);
   write_bits(g, "accumulation_bits", r.accumulation_bits);
   write_bits(g, "accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32);
   g.set_attr("product_path", r.product_path);
+  g.set_attr("accumulator", r.accumulator);
+  g.set_attr("model_mismatches", r.model_mismatches);
   g.set_attr("sr_rel_bias", r.sr_rel_bias);
   g.set_attr("sr_rel_std", r.sr_rel_std);
+  g.set_attr("sr_mean_rel_noise", r.sr_mean_rel_noise);
+  g.set_attr("sr_own_rel_bias", r.sr_own_rel_bias);
+  g.set_attr("sr_deterministic_rel_bias", r.sr_deterministic_rel_bias);
   const h5::Dims cd = dims(r.rows, r.cols);
   g.write("computed", r.computed, cd);
   if (save_tensors_) {

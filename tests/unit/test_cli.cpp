@@ -255,6 +255,56 @@ TEST_CASE("gemm: bad input is refused with one line and no output") {
   }
 }
 
+TEST_CASE("gemm --accumulator: the accumulation split at sequential FP32, exact accumulation, bad values") {
+  const auto recipes_of = [](const Result& r) {
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out)["recipes"];
+  };
+  for (const char* acc : {"fp32-sequential", "sm90", "exact"}) {
+    INFO(acc);
+    const auto recipes = recipes_of(run(std::string("gemm --role fprop --m 24 --n 40 --k 80 --recipe bf16,nvfp4,mxfp4 --json --accumulator ") + acc));
+    REQUIRE(recipes.size() == 3);
+    for (const auto& o : recipes) {
+      CHECK(o["accumulator"] == acc);
+      CHECK(o["split_exact"] == true);
+      // The split's two parts add up (means are linear; the parts are exact differences).
+      const double whole = o["accumulation"]["bias"], seq = o["accumulation_fp32_sequential"]["bias"],
+                   beyond = o["accumulation_beyond_fp32_sequential"]["bias"];
+      CHECK(std::fabs(whole - (seq + beyond)) <= 1e-12 * (std::fabs(seq) + std::fabs(beyond)) + 1e-300);
+      if (std::string(acc) == "fp32-sequential") CHECK(o["accumulation_beyond_fp32_sequential"]["rel_frobenius"] == 0.0);
+      // Exact accumulation leaves one rounding to float32 (and for NVFP4 the product with g):
+      // each output within 2 u (1 + u) of the exact product of the quantized operands.
+      if (std::string(acc) == "exact") CHECK(o["accumulation"]["rel_frobenius"].get<double>() <= 2 * std::ldexp(1.0, -24) * (1 + std::ldexp(1.0, -24)));
+    }
+  }
+  SECTION("SR's own bias is separated from the other operand's rounding") {
+    // dgrad: dY stochastically rounded, W (16x16 tiles) deterministic. An unbiased SR leaves its
+    // own bias at the noise of the 64-draw mean (the estimate's expected square equals the
+    // noise's square; over 2,048 outputs the ratio concentrates within a few per cent, so a
+    // factor 2 either way is far out). W's rounding (NVFP4: ~0.12 of the product) is then about
+    // 6 times the noise (SR's spread ~0.15 / sqrt(64)): at least 3 times is asserted.
+    const auto recipes = recipes_of(run("gemm --role dgrad --m 32 --n 48 --k 64 --recipe nvfp4 --sr-draws 64 --json"));
+    const auto& o = recipes.at(0);
+    const double own = o["sr_own_rel_bias"], det = o["sr_deterministic_rel_bias"], noise = o["sr_mean_rel_noise"];
+    CHECK(own > 0.5 * noise);
+    CHECK(own < 2 * noise);
+    CHECK(det > 3 * own);
+  }
+  SECTION("bad values") {
+    Result r = run("gemm --accumulator fp32");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("fp32-sequential, sm90, exact") != std::string::npos);
+    CHECK(lines(r.err) == 1);
+    r = run("gemm --accumulator sm90 --recipe fp8");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("does not model FP8") != std::string::npos);
+    r = run("gemm --backend cuda --accumulator exact");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("only sm90") != std::string::npos);
+  }
+}
+
 TEST_CASE("gemm --reference-precision: a double reference is certified to double's digits, not more") {
   TempDir t;
   const std::string out = t.file("g.h5");

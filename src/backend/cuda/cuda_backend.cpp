@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) const override {
     return cuda::probe_accumulators(ks);
   }
+  std::string device_architecture() const override { return cuda::device_architecture(); }
   std::vector<std::string> devices() const override { return cuda::visible_devices(); }
 };
 

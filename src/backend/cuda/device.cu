@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
+#include <stdexcept>
 #include <sstream>
 #include <system_error>
 
@@ -18,6 +19,14 @@ bool device_available(std::string* why) {
     return false;
   }
   return true;
+}
+
+std::string device_architecture() {
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+    throw std::runtime_error("cudaGetDeviceProperties failed");
+  return "sm_" + std::to_string(p.major) + std::to_string(p.minor) + " (" + p.name + ")";
 }
 
 std::vector<std::string> visible_devices() {

@@ -16,4 +16,8 @@ bool device_available(std::string* why);
 // stays off the devices its runs use).
 std::vector<std::string> visible_devices();
 
+// The current device's architecture as nvcc names it ("sm_90", "sm_100", ...), with its name
+// in parentheses; throws std::runtime_error when the runtime cannot say.
+std::string device_architecture();
+
 }  // namespace fp4d::cuda

@@ -17,7 +17,9 @@
 //         scale applied to its partial sum by the GEMM (no fast accumulation there).
 //  Casts  BF16 / FP16 operands: one cuBLASLt GEMM in that type with FP32 accumulation.
 // The tensor cores' summation order and accumulator width are the hardware's: this is what
-// `fp4drift gemm --backend cuda` measures against the exact product (docs/numerics.md).
+// `fp4drift gemm --backend cuda` measures against the exact product (docs/numerics.md). Only
+// cuBLASLt algorithms without split-K are taken (LtGemm::k_order), so every output is summed in
+// ascending k as the CPU's sm90 model (quant/tensor_core_model.hpp) assumes.
 #pragma once
 
 #include <cstdint>

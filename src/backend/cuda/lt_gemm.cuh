@@ -91,6 +91,9 @@ struct LtGemm {
   // [ceil(rows/128)][round_up(ceil(K/128), 4)] (gemm.cu's padded_scales).
   int scale_mode_a = -1, scale_mode_b = -1;
   bool fast_accumulation = false;         // FP8 only
+  // Only algorithms that sum each output in one pass over K, in k order (no split-K, no
+  // reduction scheme): what the tensor-core model (quant/tensor_core_model.hpp) describes.
+  bool k_order = false;
 };
 
 // The descriptors and the algorithm cuBLASLt chose for one GEMM shape, made once and run many
@@ -137,6 +140,10 @@ class LtPlan {
     check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                              &ctx.workspace_bytes, sizeof ctx.workspace_bytes);
+    if (st == CUBLAS_STATUS_SUCCESS && g.k_order) {
+      const std::uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none);
+    }
     int found = 0;
     heur_.resize(kCandidates);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -144,9 +151,24 @@ class LtPlan {
     cublasLtMatmulPreferenceDestroy(pref);
     check(st, "cublasLtMatmulAlgoGetHeuristic");
     heur_.resize(static_cast<std::size_t>(found));
+    if (g.k_order) {
+      // The mask keeps reductions out; a split of K without one is refused here as well.
+      std::vector<cublasLtMatmulHeuristicResult_t> kept;
+      for (const auto& h : heur_) {
+        std::int32_t splits = 1;
+        std::size_t written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+                                                 &written) == CUBLAS_STATUS_SUCCESS &&
+            splits <= 1)
+          kept.push_back(h);
+      }
+      heur_ = std::move(kept);
+      found = static_cast<int>(heur_.size());
+    }
     if (found == 0)
       throw std::invalid_argument("cuBLASLt has no algorithm for this GEMM (" + std::to_string(g.M) + " x " +
-                                  std::to_string(g.N) + " x " + std::to_string(g.K) + ")");
+                                  std::to_string(g.N) + " x " + std::to_string(g.K) + ")" +
+                                  (g.k_order ? " that sums in k order without split-K" : ""));
   }
   ~LtPlan() {
     if (lc_) cublasLtMatrixLayoutDestroy(lc_);

@@ -21,6 +21,7 @@ class NoCudaBackend final : public Backend {
   std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>&) const override {
     throw_built_without_cuda("accumulator");
   }
+  std::string device_architecture() const override { throw_built_without_cuda("device"); }
   std::vector<std::string> devices() const override { throw_built_without_cuda("sweep"); }
 };
 
