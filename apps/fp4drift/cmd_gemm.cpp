@@ -4,6 +4,7 @@
 // as OUT.partial and renamed when complete), a table on stdout, or JSON.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -77,8 +78,9 @@ FloatReferenceReport float_reference(const GemmOperands& ops, const std::string&
   return rep;
 }
 
+// *mask (when given): the generator's outlier channels of a generated operand, else empty.
 Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, std::int64_t cols, std::uint64_t seed,
-               const std::string& name, std::string* source) {
+               const std::string& name, std::string* source, std::vector<std::uint8_t>* mask = nullptr) {
   if (!input.empty()) {
     const TensorSource src = parse_tensor_source(input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
@@ -104,6 +106,7 @@ Matrix operand(const GemmArgs& a, const std::string& input, std::int64_t rows, s
   g.outlier_fraction = a.outlier_fraction;
   g.outlier_scale = a.outlier_scale;
   *source = "generator:" + describe(g);
+  if (mask) *mask = outlier_channel_mask(g);
   return generate(g);
 }
 
@@ -255,7 +258,8 @@ LoadedOperands load_operands(const GemmArgs& a, const GemmPlan& p) {
   l.ops.role = p.role;
   l.ops.first_name = p.role == GemmRole::Dgrad ? "dY" : "X";
   l.ops.second_name = p.role == GemmRole::Fprop || p.role == GemmRole::Dgrad ? "W" : "dY";
-  l.ops.first = operand(a, a.input_first, p.r1, p.c1, a.data_seed, l.ops.first_name, &l.first_source);
+  l.ops.first = operand(a, a.input_first, p.r1, p.c1, a.data_seed, l.ops.first_name, &l.first_source,
+                        &l.ops.first_channel_mask);
   l.ops.second = operand(a, a.input_second, p.r2, p.c2, a.data_seed + 1, l.ops.second_name, &l.second_source);
   return l;
 }
@@ -354,6 +358,32 @@ void print_json(const GemmArgs& a, const std::vector<GemmResult>& results) {
     for (const auto& [key, b] : {std::pair{"accumulation_bits", r.accumulation_bits},
                                  std::pair{"accumulation_dequant_fp32_bits", r.accumulation_bits_dequant_fp32}})
       o[key] = {{"min", b.min}, {"p01", b.p01}, {"median", b.median}, {"exact_fraction", b.exact_fraction}};
+    {
+      const GemmChannelErrors& c = r.channels;
+      const char* terms[GemmChannelErrors::kTerms] = {"total", "quantization", "accumulation"};
+      nlohmann::ordered_json rows, cols;
+      for (int t = 0; t < GemmChannelErrors::kTerms; ++t) {
+        rows[terms[t]] = c.row_rel[t].empty() ? 0.0 : *std::max_element(c.row_rel[t].begin(), c.row_rel[t].end());
+        cols[terms[t]] = c.col_rel[t].empty() ? 0.0 : *std::max_element(c.col_rel[t].begin(), c.col_rel[t].end());
+      }
+      o["row_rel_frobenius_max"] = rows;
+      o["col_rel_frobenius_max"] = cols;
+      if (c.outlier_axis != "none") {
+        nlohmann::ordered_json sp = {{"axis", c.outlier_axis}, {"outlier_channels", c.outlier_channels}};
+        if (c.outlier_axis == "reduction") {
+          if (c.quantization_from_outlier_rel >= 0) {
+            sp["quantization_from_outlier_channels_rel_frobenius"] = c.quantization_from_outlier_rel;
+            sp["quantization_from_normal_channels_rel_frobenius"] = c.quantization_from_normal_rel;
+          }
+        } else {
+          for (int t = 0; t < GemmChannelErrors::kTerms; ++t) {
+            sp[std::string(terms[t]) + "_outlier_rows_rel_frobenius"] = c.outlier_rows_rel[t];
+            sp[std::string(terms[t]) + "_normal_rows_rel_frobenius"] = c.normal_rows_rel[t];
+          }
+        }
+        o["outlier_split"] = std::move(sp);
+      }
+    }
     o["product_path"] = r.product_path;
     o["accumulator"] = r.accumulator;
     if (r.model_mismatches >= 0) o["model_mismatches"] = r.model_mismatches;
@@ -372,6 +402,8 @@ void print_json(const GemmArgs& a, const std::vector<GemmResult>& results) {
   // throwing after the work is done.
   std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
+
+std::string first_name(const GemmArgs& a) { return a.role == "dgrad" ? "dY" : "X"; }
 
 // The table on stdout: a line per recipe (with the device's accumulation bits and path, and
 // SR's bias and spread where they apply), the float reference's report, the output's name.
@@ -396,6 +428,18 @@ void print_table(const GemmArgs& a, const Backend& backend, const std::string& f
     if (r.accumulator != "fp32-sequential")
       std::printf("%-20s accumulation = sequential FP32 %.4e + beyond it %.4e (relative Frobenius)\n", "",
                   r.accumulation_fp32_sequential.rel_frobenius, r.accumulation_beyond_fp32_sequential.rel_frobenius);
+    const GemmChannelErrors& c = r.channels;
+    if (c.outlier_axis == "reduction" && c.quantization_from_outlier_rel >= 0)
+      std::printf("%-20s quantization from %s's %lld outlier channels (k) %.4e, from its other channels %.4e "
+                  "(each ||.||_F / ||C||_F)\n",
+                  "", first_name(a).c_str(), static_cast<long long>(c.outlier_channels), c.quantization_from_outlier_rel,
+                  c.quantization_from_normal_rel);
+    if (c.outlier_axis == "output_rows")
+      std::printf("%-20s rows of C from %s's %lld outlier channels: total %.4e quant %.4e accum %.4e; other rows: "
+                  "total %.4e quant %.4e accum %.4e\n",
+                  "", first_name(a).c_str(), static_cast<long long>(c.outlier_channels), c.outlier_rows_rel[0],
+                  c.outlier_rows_rel[1], c.outlier_rows_rel[2], c.normal_rows_rel[0], c.normal_rows_rel[1],
+                  c.normal_rows_rel[2]);
     if (r.model_mismatches >= 0)
       std::printf("%-20s sm90 model: %lld of %lld outputs differ from the device's bits\n", "",
                   static_cast<long long>(r.model_mismatches), static_cast<long long>(r.rows * r.cols));

@@ -2,6 +2,7 @@
 // spec), with the error statistics of each against the exact values. Output: an HDF5 file
 // (trace/quantize_trace.hpp: written to OUT.partial and renamed only when complete), a table
 // on stdout, or JSON with --json.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "commands.hpp"
 #include "quant/quantize.hpp"
 #include "quant/presets.hpp"
+#include "quant/stats.hpp"
 #include "sim/generators.hpp"
 #include "trace/quantize_trace.hpp"
 #include "trace/tensor_io.hpp"
@@ -36,6 +38,7 @@ struct QuantizeArgs {
   bool json = false, allow_nonfinite = false;
   bool force_memory = false;  // skip the memory check (the estimate is rough)
   std::string backend = "cpu";
+  std::string outlier_channels;  // a user's outlier mask: "3,17,40-47"
 };
 
 void parse_shape(const std::string& s, std::int64_t* rows, std::int64_t* cols) {
@@ -76,7 +79,9 @@ double quantize_bytes(std::int64_t rows, std::int64_t cols, const std::vector<st
   for (const auto& [name, s] : specs) {
     double b = 4 * n + 5 * n / 16;
     b += s.scheme == Scheme::Cast ? 2 * n : s.scheme == Scheme::Fp8 ? n : n / 2;
-    if (s.rht.enabled()) b += 12 * n;
+    // The RHT output with its double copy; after the quantization the channel statistics hold
+    // the transform's target, the dequantized values and their inverse transform in double.
+    if (s.rht.enabled()) b += 28 * n;
     if (s.stored_transposed()) b += 8 * n;
     worst = std::max(worst, b);
   }
@@ -119,6 +124,83 @@ void print_table(std::ostream& os, const std::vector<std::pair<std::string, Quan
   }
 }
 
+// The outlier / normal split, one line per recipe, where a mask was given or generated.
+void print_split(std::ostream& os, const std::vector<std::pair<std::string, QuantizedTensor>>& results) {
+  bool header = false;
+  char line[512];
+  for (const auto& [name, q] : results) {
+    const ChannelStats& c = q.channels;
+    if (c.outlier_mask.empty()) continue;
+    if (!header) {
+      std::snprintf(line, sizeof line,
+                    "outlier channels (%lld of %lld, %s of the input's energy; mask: %s), NMSE in the original basis:\n",
+                    static_cast<long long>(c.split.outlier_channels),
+                    static_cast<long long>(c.split.outlier_channels + c.split.normal_channels),
+                    pct(c.split.outlier_energy_fraction).c_str(), c.outlier_mask_source.c_str());
+      os << line;
+      std::snprintf(line, sizeof line, "%-18s %11s %11s %11s %15s\n", "recipe", "global", "outlier ch", "normal ch",
+                    "normal/global");
+      os << line;
+      header = true;
+    }
+    std::snprintf(line, sizeof line, "%-18s %11s %11s %11s %15.2f\n", name.c_str(), sci(c.nmse_original_basis).c_str(),
+                  sci(c.split.outlier_nmse).c_str(), sci(c.split.normal_nmse).c_str(),
+                  c.split.normal_nmse / c.nmse_original_basis);
+    os << line;
+  }
+}
+
+// Median and maximum of the per-channel NMSE over channels with energy, and the worst channel.
+struct ChannelSummary {
+  double median = NAN, max = NAN;
+  std::int64_t worst = -1;
+};
+ChannelSummary summarize_channels(const ChannelStats& c) {
+  ChannelSummary s;
+  std::vector<double> v;
+  for (std::size_t j = 0; j < c.channel_err2.size(); ++j) {
+    if (!(c.channel_ref2[j] > 0)) continue;
+    const double r = c.channel_err2[j] / c.channel_ref2[j];
+    if (s.worst < 0 || r > s.max) s.max = r, s.worst = static_cast<std::int64_t>(j);
+    v.push_back(r);
+  }
+  if (!v.empty()) {
+    std::sort(v.begin(), v.end());
+    s.median = v[(v.size() - 1) / 2];
+  }
+  return s;
+}
+
+nlohmann::ordered_json channel_json(const QuantizedTensor& q) {
+  const ChannelStats& c = q.channels;
+  const ChannelSummary cs = summarize_channels(c);
+  nlohmann::ordered_json j = {{"channels",
+                               {{"nmse_original_basis", c.nmse_original_basis},
+                                {"channel_nmse_median", cs.median},
+                                {"channel_nmse_max", cs.max},
+                                {"worst_channel", cs.worst}}}};
+  if (!c.block_nmse.empty()) {
+    nlohmann::ordered_json worst = nlohmann::ordered_json::array();
+    for (std::size_t k = 0; k < c.worst_blocks.size(); ++k)
+      worst.push_back({{"block", {c.worst_blocks[k] / q.scale_cols, c.worst_blocks[k] % q.scale_cols}},
+                       {"error_share", c.worst_block_error_share[k]}});
+    j["blocks"] = {{"with_energy", c.blocks_with_energy},
+                   {"nmse_p50", c.block_nmse_p50},
+                   {"nmse_p90", c.block_nmse_p90},
+                   {"nmse_p99", c.block_nmse_p99},
+                   {"nmse_max", c.block_nmse_max},
+                   {"worst", std::move(worst)}};
+  }
+  if (!c.outlier_mask.empty())
+    j["outlier_split"] = {{"mask_source", c.outlier_mask_source},
+                          {"outlier_channels", c.split.outlier_channels},
+                          {"normal_channels", c.split.normal_channels},
+                          {"outlier_nmse", c.split.outlier_nmse},
+                          {"normal_nmse", c.split.normal_nmse},
+                          {"outlier_energy_fraction", c.split.outlier_energy_fraction}};
+  return j;
+}
+
 void print_json(std::ostream& os, const std::string& source, const std::string& out,
                 const std::vector<std::pair<std::string, QuantizedTensor>>& results) {
   nlohmann::ordered_json j = {{"source", source}, {"output", out}, {"recipes", nlohmann::ordered_json::array()}};
@@ -144,6 +226,8 @@ void print_json(std::ostream& os, const std::string& source, const std::string& 
                               {"blocks", s.blocks},
                               {"zero_scale_blocks", s.zero_scale_blocks},
                               {"subnormal_scale_blocks", s.subnormal_scale_blocks}}}});
+    const nlohmann::ordered_json cj = channel_json(q);
+    for (auto it = cj.begin(); it != cj.end(); ++it) j["recipes"].back()[it.key()] = it.value();
   }
   // error_handler_t::replace: a string that is not UTF-8 (a path) prints as U+FFFD rather than
   // throwing after the work is done.
@@ -170,6 +254,9 @@ void refuse_unapplied_options(const QuantizeArgs& a, const Given& given) {
         throw UsageError(std::string(option) + " is not a parameter of --generate " + a.generate);
     if (given("--allow-nonfinite"))
       throw UsageError("--allow-nonfinite applies to --input only (a generated tensor is finite)");
+    if (given("--outlier-channels") && a.generate == "outliers")
+      throw UsageError("--outlier-channels: --generate outliers records the mask it applied; give a mask only for "
+                       "--input or another generator");
   }
   const int d = a.custom.rht;
   if (d != 0 && !(d >= 2 && d <= 256 && (d & (d - 1)) == 0))
@@ -207,6 +294,8 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
   Matrix x;
   h5::Dims dims;
   std::string source;
+  std::vector<std::uint8_t> mask;  // outlier channels, if known
+  std::string mask_source;
   if (!a.input.empty()) {
     const TensorSource src = parse_tensor_source(a.input);
     if (!std::filesystem::exists(src.file)) throw UsageError("input file '" + src.file + "' does not exist");
@@ -228,6 +317,10 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
     g.outlier_fraction = a.outlier_fraction;
     g.outlier_scale = a.outlier_scale;
     x = generate(g);
+    if (g.kind == "outliers") {
+      mask = outlier_channel_mask(g);
+      mask_source = "generator";
+    }
     dims = g.rows == 1 ? h5::Dims{static_cast<std::uint64_t>(g.cols)}
                        : h5::Dims{static_cast<std::uint64_t>(g.rows), static_cast<std::uint64_t>(g.cols)};
     source = "generator:" + describe(g);
@@ -247,11 +340,26 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
                          " of axis " + std::to_string(s.rht_axis) + " of the input");
     }
 
+  if (!a.outlier_channels.empty()) {
+    try {
+      mask = parse_channel_list(a.outlier_channels, x.cols);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--outlier-channels: ") + e.what());
+    }
+    mask_source = "--outlier-channels " + a.outlier_channels;
+  }
+
   // ---- output file: written as OUT.partial, renamed when complete --------------------
   QuantizeTrace trace(a.out, command_line, source, a.backend, x, dims);
   std::vector<std::pair<std::string, QuantizedTensor>> results;
   for (const auto& [name, s] : specs) {
     QuantizedTensor q = backend.quantize(x, s);
+    q.channels = compute_channel_stats(x, q);
+    if (!mask.empty()) {
+      q.channels.outlier_mask = mask;
+      q.channels.outlier_mask_source = mask_source;
+      q.channels.split = split_channels(q.channels, mask);
+    }
     trace.add(name, q);
     q.codes.clear();  // keep the statistics only
     q.codes16.clear();
@@ -266,6 +374,7 @@ int run_quantize(const QuantizeArgs& a, const std::string& command_line, bool cu
   } else {
     std::cout << "fp4drift quantize: " << source << ", " << x.rows << " x " << x.cols << "\n";
     print_table(std::cout, results);
+    print_split(std::cout, results);
     if (!a.out.empty()) std::cout << "wrote " << a.out << "\n";
   }
   return 0;
@@ -283,6 +392,9 @@ Runner add_quantize(CLI::App& app, const std::string& command_line) {
   app.add_option("--nu", a->nu, "Student-t degrees of freedom")->capture_default_str();
   app.add_option("--outlier-fraction", a->outlier_fraction, "Fraction of outlier channels (columns)")->capture_default_str();
   app.add_option("--outlier-scale", a->outlier_scale, "Factor on the outlier channels")->capture_default_str();
+  app.add_option("--outlier-channels", a->outlier_channels,
+                 "Outlier channels (input columns) of an --input tensor, e.g. 3,17,40-47: the error is also reported "
+                 "over them and over the other channels (--generate outliers records its own)");
   // --recipe stays an alias: the command lines recorded in traces, and scripts, use it.
   app.add_option("--preset,--recipe,-r", a->presets, "Preset(s), comma-separated or repeated; 'all' for every preset");
   auto* f = app.add_option("--format", a->custom.format, "nvfp4 | mxfp4 | fp8-e4m3 | fp8-e5m2 | bf16 | fp16");

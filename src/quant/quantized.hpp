@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "quant/matrix.hpp"
@@ -30,6 +31,48 @@ struct QuantStats {
   std::int64_t subnormal_scale_blocks = 0;  // block scale an E4M3 subnormal (nvfp4)
 };
 
+// The pooled error of two groups of channels: sum err2 / sum ref2 over the channels of each
+// group (not the mean of their NMSEs, so that a group's figure weighs its channels by energy,
+// as the global NMSE does). NaN for an empty group or one with ref2 = 0.
+struct ChannelSplit {
+  std::int64_t outlier_channels = 0, normal_channels = 0;
+  double outlier_nmse = 0, normal_nmse = 0;
+  double outlier_energy_fraction = 0;  // sum ref2 of the outlier channels / sum ref2
+};
+
+// Where the error sits (docs/numerics.md section 7, "Per-channel and per-block"): computed on
+// request by compute_channel_stats (stats.hpp), not by every quantization, since the training
+// runs quantize at every step and read only QuantStats. Empty vectors: not computed.
+// Channels are the input's columns (features; the `outliers` generator scales whole columns),
+// rows its rows (tokens), both in the original basis: with an RHT the dequantized values are
+// transformed back (H^T, in double) before they are compared with the input. Blocks are the
+// quantizer's own blocks, in the basis and orientation it quantized in (the scale grid).
+struct ChannelStats {
+  // Sums over finite targets, in double: err2 = sum (x_hat - x)^2, ref2 = sum x^2.
+  std::vector<double> channel_err2, channel_ref2;  // per input column
+  std::vector<double> row_err2, row_ref2;          // per input row
+  double nmse_original_basis = 0;  // sum err2 / sum ref2 in the original basis (= QuantStats::nmse
+                                   // without an RHT; with one equal up to rounding: H is orthonormal)
+  // With an RHT only: the same sums in the transformed basis (against the transform of the input).
+  std::vector<double> channel_err2_transformed, channel_ref2_transformed, row_err2_transformed, row_ref2_transformed;
+  // Per block of the scale grid (stored orientation, scale_rows x scale_cols, row-major):
+  // sum err2 / sum ref2 against the quantizer's target; NaN for a block with ref2 = 0.
+  std::vector<double> block_nmse;
+  // Over the blocks with ref2 > 0: nearest-rank quantiles of block_nmse (sorted[floor(q (n - 1))]).
+  std::int64_t blocks_with_energy = 0;
+  double block_nmse_p50 = 0, block_nmse_p90 = 0, block_nmse_p99 = 0, block_nmse_max = 0;
+  // The blocks carrying most squared error (descending; ties by index), as flat indices into
+  // the scale grid, and each one's share of the total squared error.
+  std::vector<std::int64_t> worst_blocks;
+  std::vector<double> worst_block_error_share;
+  // An outlier mask over the channels (the generator's, or the user's; empty: none), where it
+  // came from, and the error split by it (original basis).
+  std::vector<std::uint8_t> outlier_mask;
+  std::string outlier_mask_source;
+  ChannelSplit split;
+  bool computed() const { return !channel_err2.empty(); }
+};
+
 struct QuantizedTensor {
   QuantSpec spec;
   std::int64_t input_rows = 0, input_cols = 0;  // the input's orientation
@@ -48,6 +91,7 @@ struct QuantizedTensor {
   Matrix transformed;                      // RHT output that was quantized (input orientation), if any
   Matrix dequantized;                      // input orientation
   QuantStats stats;
+  ChannelStats channels;  // compute_channel_stats; empty unless asked for
 
   std::uint8_t code_at(std::int64_t r, std::int64_t c) const;  // stored orientation, unpacked
 };

@@ -146,6 +146,91 @@ std::vector<double> sr_unbiased_target(const QuantizedTensor& qa, const Quantize
   return sa ? ref::exact_block_gemm_nt(ou, od).rounded : ref::exact_block_gemm_nt(od, ou).rounded;
 }
 
+// Per-row and per-column relative errors of the three terms, and the split by the first
+// operand's outlier channels (GemmChannelErrors).
+double rel(double e2, double r2) { return r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? INFINITY : 0.0); }
+
+GemmChannelErrors channel_errors(const std::vector<double>* terms, const std::vector<double>& exact, std::int64_t R,
+                                 std::int64_t C, const std::vector<std::uint8_t>& mask, GemmRole role,
+                                 const QuantizedTensor& qa, const QuantizedTensor& qb, const Matrix& A, const Matrix& B) {
+  GemmChannelErrors g;
+  constexpr int T = GemmChannelErrors::kTerms;
+  std::vector<double> rr2(static_cast<std::size_t>(R), 0.0), cr2(static_cast<std::size_t>(C), 0.0);
+  for (int t = 0; t < T; ++t) {
+    g.row_rel[t].assign(static_cast<std::size_t>(R), 0.0);
+    g.col_rel[t].assign(static_cast<std::size_t>(C), 0.0);
+  }
+  // Row-major, serial: every sum runs in one fixed order.
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j) {
+      const std::size_t k = static_cast<std::size_t>(i * C + j);
+      rr2[static_cast<std::size_t>(i)] += exact[k] * exact[k];
+      cr2[static_cast<std::size_t>(j)] += exact[k] * exact[k];
+      for (int t = 0; t < T; ++t) {
+        const double e = terms[t][k];
+        g.row_rel[t][static_cast<std::size_t>(i)] += e * e;
+        g.col_rel[t][static_cast<std::size_t>(j)] += e * e;
+      }
+    }
+  if (!mask.empty()) {
+    g.outlier_channels = 0;
+    for (std::uint8_t m : mask) g.outlier_channels += m != 0;
+    if (role == GemmRole::Wgrad) {
+      g.outlier_axis = "output_rows";
+      if (static_cast<std::int64_t>(mask.size()) != R) throw std::invalid_argument("the X channel mask does not match the rows of C");
+      double so[T] = {0, 0, 0}, sn[T] = {0, 0, 0}, ro = 0, rn = 0;
+      for (std::int64_t i = 0; i < R; ++i) {
+        const bool out = mask[static_cast<std::size_t>(i)] != 0;
+        (out ? ro : rn) += rr2[static_cast<std::size_t>(i)];
+        for (int t = 0; t < T; ++t) (out ? so : sn)[t] += g.row_rel[t][static_cast<std::size_t>(i)];
+      }
+      for (int t = 0; t < T; ++t) {
+        g.outlier_rows_rel[t] = g.outlier_channels > 0 ? rel(so[t], ro) : -1;
+        g.normal_rows_rel[t] = g.outlier_channels < R ? rel(sn[t], rn) : -1;
+      }
+    } else {
+      g.outlier_axis = "reduction";
+      const std::int64_t K = A.cols;
+      if (static_cast<std::int64_t>(mask.size()) != K) throw std::invalid_argument("the channel mask does not match K");
+      const bool same_layout = qa.rows == A.rows && qa.cols == K && qb.rows == B.rows && qb.cols == K;
+      if (same_layout && !qa.spec.rht.enabled() && !qb.spec.rht.enabled()) {
+        const auto values = [](const QuantizedTensor& q) {
+          if (q.spec.scheme == Scheme::Nvfp4) return exact_nvfp4_values(q);
+          const Matrix d = stored_dequantized(q);
+          return std::vector<double>(d.data.begin(), d.data.end());
+        };
+        const std::vector<double> va = values(qa), vb = values(qb);
+        std::vector<std::int64_t> S;
+        for (std::int64_t k = 0; k < K; ++k)
+          if (mask[static_cast<std::size_t>(k)]) S.push_back(k);
+        double o2 = 0, n2 = 0, r2 = 0;
+        for (std::int64_t i = 0; i < R; ++i)
+          for (std::int64_t j = 0; j < C; ++j) {
+            double o = 0;
+            for (std::int64_t k : S) {
+              const std::size_t ia = static_cast<std::size_t>(i * K + k), ib = static_cast<std::size_t>(j * K + k);
+              o += va[ia] * vb[ib] - static_cast<double>(A.data[ia]) * static_cast<double>(B.data[ib]);
+            }
+            const std::size_t c = static_cast<std::size_t>(i * C + j);
+            const double nrm = terms[1][c] - o;
+            o2 += o * o;
+            n2 += nrm * nrm;
+            r2 += exact[c] * exact[c];
+          }
+        g.quantization_from_outlier_rel = rel(o2, r2);
+        g.quantization_from_normal_rel = rel(n2, r2);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (std::int64_t i = 0; i < R; ++i)
+      g.row_rel[t][static_cast<std::size_t>(i)] = rel(g.row_rel[t][static_cast<std::size_t>(i)], rr2[static_cast<std::size_t>(i)]);
+    for (std::int64_t j = 0; j < C; ++j)
+      g.col_rel[t][static_cast<std::size_t>(j)] = rel(g.col_rel[t][static_cast<std::size_t>(j)], cr2[static_cast<std::size_t>(j)]);
+  }
+  return g;
+}
+
 }  // namespace
 
 GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe, const GemmExperimentOptions& opt) {
@@ -234,6 +319,10 @@ GemmResult run_gemm_experiment(const GemmOperands& ops, const GemmRecipe& recipe
   r.total = error_stats(et, r.exact);
   r.quantization = error_stats(eq, r.exact);
   r.accumulation = error_stats(ea, r.exact);
+  {
+    const std::vector<double> terms[GemmChannelErrors::kTerms] = {std::move(et), std::move(eq), std::move(ea)};
+    r.channels = channel_errors(terms, r.exact, r.rows, r.cols, ops.first_channel_mask, ops.role, r.qa, r.qb, A, B);
+  }
 
   // The accumulation split once more, against sequential FP32: accumulation =
   // (fp32-sequential - exact) + (computed - fp32-sequential), the second part being what the

@@ -10,6 +10,7 @@
 // (codes x scales x global scale) and exact(.) is computed with the fixed-point reference.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ struct GemmOperands {
   GemmRole role = GemmRole::Fprop;
   Matrix first, second;
   std::string first_name, second_name;  // "X", "W", "dY"
+  // Outlier channels of the first operand (X; dY in dgrad): one byte per column of `first`
+  // (its features), non-zero = outlier; empty when unknown. The generator's mask of
+  // --generate outliers. In the NT form those columns are the reduction dimension (fprop,
+  // dgrad) or the output's rows (wgrad, where A = X^T).
+  std::vector<std::uint8_t> first_channel_mask;
 };
 // Shapes each role expects for (first, second), for validation messages.
 void expected_shapes(GemmRole role, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t* r1,
@@ -48,6 +54,28 @@ struct AccumulationBits {
   static constexpr double kCappedBits = 64.0;
   double min = 0, p01 = 0, median = 0;  // minimum, 1st percentile, median
   double exact_fraction = 0;            // elements whose accumulation error is 0
+};
+
+// Where in C the error sits (docs/numerics.md section 8, "Per-channel errors"), for the three
+// terms of the split in order total, quantization, accumulation.
+struct GemmChannelErrors {
+  static constexpr int kTerms = 3;
+  // Per output row i of C (stored orientation: fprop tokens, dgrad tokens, wgrad input
+  // features) ||E_i,:||_2 / ||C_exact i,:||_2, and per output column j likewise.
+  std::vector<double> row_rel[kTerms], col_rel[kTerms];
+  // The first operand's outlier channels, where GemmOperands::first_channel_mask is given:
+  // "reduction" (fprop, dgrad), "output_rows" (wgrad) or "none".
+  std::string outlier_axis = "none";
+  std::int64_t outlier_channels = 0;
+  // reduction: the quantization term split over the reduction index k, exactly linear in it:
+  // E_q = sum_{k outlier} (a^ b^ - a b) + sum_{k normal} (...), each part's ||.||_F / ||C_exact||_F.
+  // The outlier part is summed in double from the quantized operands' exact values (NVFP4) or
+  // their float32 dequantized values; the normal part is E_q minus it. -1 where not applicable
+  // (another axis, or an operand transformed by an RHT, whose k no longer indexes channels).
+  double quantization_from_outlier_rel = -1, quantization_from_normal_rel = -1;
+  // output_rows: each term's pooled relative error over the outlier rows and over the others,
+  // ||E_S,:||_F / ||C_exact S,:||_F. -1 where not applicable.
+  double outlier_rows_rel[kTerms] = {-1, -1, -1}, normal_rows_rel[kTerms] = {-1, -1, -1};
 };
 
 struct GemmResult {
@@ -84,6 +112,7 @@ struct GemmResult {
   // an own bias at that level is not distinguishable from zero. -1 where not applicable.
   double sr_own_rel_bias = -1, sr_deterministic_rel_bias = -1, sr_mean_rel_noise = 0;
   QuantizedTensor qa, qb;           // the quantized operands (stored orientation)
+  GemmChannelErrors channels;
 };
 
 struct GemmExperimentOptions {

@@ -67,21 +67,10 @@ Matrix generate(const GeneratorSpec& g) {
     for (std::int64_t i = 0; i < n; ++i)
       m.data[static_cast<std::size_t>(i)] = static_cast<float>(g.scale * ElementRng(g.seed, i, 1).normal());
     if (g.kind == "outliers") {
-      if (!(g.outlier_fraction > 0.0 && g.outlier_fraction <= 1.0))
-        throw std::invalid_argument("outlier fraction must be in (0, 1]");
-      if (!(g.outlier_scale > 0.0) || !std::isfinite(g.outlier_scale))
-        throw std::invalid_argument("outlier scale must be > 0");
-      // Choose round(fraction * cols) channels (at least one) by sorting random keys.
-      const auto k = std::max<std::int64_t>(1, std::llround(g.outlier_fraction * static_cast<double>(g.cols)));
-      std::vector<std::int64_t> order(static_cast<std::size_t>(g.cols));
-      std::iota(order.begin(), order.end(), 0);
-      std::vector<double> key(order.size());
-      for (std::int64_t c = 0; c < g.cols; ++c) key[static_cast<std::size_t>(c)] = ElementRng(g.seed, c, 2).uniform();
-      std::sort(order.begin(), order.end(), [&](auto a, auto b) { return key[a] < key[b]; });
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::int64_t c = order[static_cast<std::size_t>(j)];
-        for (std::int64_t r = 0; r < g.rows; ++r) m(r, c) = static_cast<float>(m(r, c) * g.outlier_scale);
-      }
+      const std::vector<std::uint8_t> mask = outlier_channel_mask(g);
+      for (std::int64_t c = 0; c < g.cols; ++c)
+        if (mask[static_cast<std::size_t>(c)])
+          for (std::int64_t r = 0; r < g.rows; ++r) m(r, c) = static_cast<float>(m(r, c) * g.outlier_scale);
     }
   } else if (g.kind == "student-t") {
     if (!(g.nu > 0.0) || !std::isfinite(g.nu)) throw std::invalid_argument("student-t nu must be > 0");
@@ -96,6 +85,23 @@ Matrix generate(const GeneratorSpec& g) {
     throw std::invalid_argument("unknown generator '" + g.kind + "' (known: normal, student-t, outliers)");
   }
   return m;
+}
+
+std::vector<std::uint8_t> outlier_channel_mask(const GeneratorSpec& g) {
+  if (g.kind != "outliers") return {};
+  if (g.cols <= 0) throw std::invalid_argument("generator shape must be positive");
+  if (!(g.outlier_fraction > 0.0 && g.outlier_fraction <= 1.0)) throw std::invalid_argument("outlier fraction must be in (0, 1]");
+  if (!(g.outlier_scale > 0.0) || !std::isfinite(g.outlier_scale)) throw std::invalid_argument("outlier scale must be > 0");
+  // round(fraction * cols) channels (at least one), chosen by sorting random keys.
+  const auto k = std::max<std::int64_t>(1, std::llround(g.outlier_fraction * static_cast<double>(g.cols)));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(g.cols));
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> key(order.size());
+  for (std::int64_t c = 0; c < g.cols; ++c) key[static_cast<std::size_t>(c)] = ElementRng(g.seed, c, 2).uniform();
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return key[a] < key[b]; });
+  std::vector<std::uint8_t> mask(static_cast<std::size_t>(g.cols), 0);
+  for (std::int64_t j = 0; j < k; ++j) mask[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] = 1;
+  return mask;
 }
 
 bool generator_uses(const std::string& kind, const std::string& parameter) {

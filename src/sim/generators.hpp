@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "quant/matrix.hpp"
 
@@ -28,5 +29,10 @@ bool generator_uses(const std::string& kind, const std::string& parameter);
 // Throws std::invalid_argument for unknown kinds and out-of-range parameters.
 Matrix generate(const GeneratorSpec& g);
 std::string describe(const GeneratorSpec& g);
+
+// The channels (columns) the `outliers` generator scales: one byte per column, 1 for an outlier
+// channel - the mask generate() applies, so that statistics can split the error by it. Empty
+// for the other kinds. Throws as generate() does for bad parameters.
+std::vector<std::uint8_t> outlier_channel_mask(const GeneratorSpec& g);
 
 }  // namespace fp4d

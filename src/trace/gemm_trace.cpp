@@ -1,12 +1,13 @@
 #include "trace/gemm_trace.hpp"
 
+#include "trace/dims.hpp"
 #include "trace/quantize_trace.hpp"
 
 namespace fp4d {
 
 namespace {
 
-h5::Dims dims(std::int64_t rows, std::int64_t cols) {
+h5::Dims matrix_dims(std::int64_t rows, std::int64_t cols) {
   return h5::Dims{static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols)};
 }
 
@@ -21,6 +22,33 @@ void write_bits(h5::Group g, const std::string& prefix, const AccumulationBits& 
   g.set_attr(prefix + "_p01", b.p01);
   g.set_attr(prefix + "_median", b.median);
   g.set_attr(prefix + "_exact_fraction", b.exact_fraction);
+}
+
+// Per output row and column relative errors of the three terms, labelled by coordinates kept
+// in the recipe's group (term, out_row, out_col), and the outlier-channel split.
+void write_channel_errors(h5::Group g, const GemmResult& r) {
+  const GemmChannelErrors& c = r.channels;
+  constexpr int T = GemmChannelErrors::kTerms;
+  const h5::Dataset term = dims::index(g, "term", T, "error term: 0 total, 1 quantization, 2 accumulation");
+  const h5::Dataset rows = dims::index(g, "out_row", static_cast<std::uint64_t>(r.rows), "row of C");
+  const h5::Dataset cols = dims::index(g, "out_col", static_cast<std::uint64_t>(r.cols), "column of C");
+  const auto table = [&](const std::string& name, const std::vector<double>* v, const h5::Dataset& axis) {
+    std::vector<double> flat;
+    for (int t = 0; t < T; ++t) flat.insert(flat.end(), v[t].begin(), v[t].end());
+    g.write(name, flat, h5::Dims{static_cast<std::uint64_t>(T), static_cast<std::uint64_t>(v[0].size())});
+    dims::name_axes(g.open_dataset(name), {term, axis}, "1");
+  };
+  table("row_rel_frobenius", c.row_rel, rows);
+  table("col_rel_frobenius", c.col_rel, cols);
+  g.set_attr("outlier_axis", c.outlier_axis);
+  g.set_attr("outlier_channels", c.outlier_channels);
+  g.set_attr("quantization_from_outlier_channels_rel_frobenius", c.quantization_from_outlier_rel);
+  g.set_attr("quantization_from_normal_channels_rel_frobenius", c.quantization_from_normal_rel);
+  const char* names[T] = {"total", "quantization", "accumulation"};
+  for (int t = 0; t < T; ++t) {
+    g.set_attr(std::string(names[t]) + "_outlier_rows_rel_frobenius", c.outlier_rows_rel[t]);
+    g.set_attr(std::string(names[t]) + "_normal_rows_rel_frobenius", c.normal_rows_rel[t]);
+  }
 }
 
 }  // namespace
@@ -38,6 +66,13 @@ GemmTrace::GemmTrace(const std::string& path, const std::string& command_line, c
   root.set_attr("reference", std::string("exact: fixed-point accumulation of the exact block products, rounded once"));
   root.set_attr("source_" + ops.first_name, header.first_source);
   root.set_attr("source_" + ops.second_name, header.second_source);
+  if (!ops.first_channel_mask.empty()) {
+    const std::string name = "outlier_mask_" + ops.first_name;
+    const h5::Dataset ch =
+        dims::index(root, "channel_" + ops.first_name, ops.first_channel_mask.size(), "column (feature) of " + ops.first_name);
+    root.write(name, ops.first_channel_mask);
+    dims::name_axes(root.open_dataset(name), {ch}, "");
+  }
 }
 
 void GemmTrace::set_float_reference(const std::string& precision, double max_rel_vs_exact, double certified_digits,
@@ -52,9 +87,9 @@ void GemmTrace::set_float_reference(const std::string& precision, double max_rel
 
 void GemmTrace::write_operands(const GemmResult& r) {
   h5::Group root = file_.root();
-  root.write("operand_" + ops_.first_name, ops_.first.data, dims(ops_.first.rows, ops_.first.cols));
-  root.write("operand_" + ops_.second_name, ops_.second.data, dims(ops_.second.rows, ops_.second.cols));
-  root.write("exact", r.exact, dims(r.rows, r.cols));
+  root.write("operand_" + ops_.first_name, ops_.first.data, matrix_dims(ops_.first.rows, ops_.first.cols));
+  root.write("operand_" + ops_.second_name, ops_.second.data, matrix_dims(ops_.second.rows, ops_.second.cols));
+  root.write("exact", r.exact, matrix_dims(r.rows, r.cols));
   operands_written_ = true;
 }
 
@@ -82,12 +117,13 @@ void GemmTrace::add(const GemmResult& r, const std::string& description) {
   g.set_attr("sr_mean_rel_noise", r.sr_mean_rel_noise);
   g.set_attr("sr_own_rel_bias", r.sr_own_rel_bias);
   g.set_attr("sr_deterministic_rel_bias", r.sr_deterministic_rel_bias);
-  const h5::Dims cd = dims(r.rows, r.cols);
+  const h5::Dims cd = matrix_dims(r.rows, r.cols);
   g.write("computed", r.computed, cd);
+  write_channel_errors(g, r);
   if (save_tensors_) {
     g.write("exact_quantized", r.exact_quantized, cd);
-    write_quantized(g.create_group("A"), r.qa, dims(r.qa.input_rows, r.qa.input_cols));
-    write_quantized(g.create_group("B"), r.qb, dims(r.qb.input_rows, r.qb.input_cols));
+    write_quantized(g.create_group("A"), r.qa, matrix_dims(r.qa.input_rows, r.qa.input_cols));
+    write_quantized(g.create_group("B"), r.qb, matrix_dims(r.qb.input_rows, r.qb.input_cols));
   }
 }
 

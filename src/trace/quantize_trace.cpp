@@ -1,10 +1,70 @@
 #include "trace/quantize_trace.hpp"
 
+#include <cmath>
 #include <cstdint>
 
 #include "quant/spec.hpp"
+#include "trace/dims.hpp"
 
 namespace fp4d {
+
+namespace {
+
+std::vector<double> ratios(const std::vector<double>& err2, const std::vector<double>& ref2) {
+  std::vector<double> v(err2.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = ref2[i] > 0 ? err2[i] / ref2[i] : (err2[i] > 0 ? INFINITY : NAN);
+  return v;
+}
+
+// The per-channel, per-row and per-block statistics under the recipe's stats group, each
+// dataset labelled by coordinates kept in that group (channel, row; block_row, block_col of
+// the scale grid), so that one recipe's group is readable on its own (xarray.open_dataset
+// with group=".../stats").
+void write_channel_stats(h5::Group st, const QuantizedTensor& q) {
+  const ChannelStats& c = q.channels;
+  const h5::Dataset channel = dims::index(st, "channel", c.channel_err2.size(), "input column (feature)");
+  const h5::Dataset row = dims::index(st, "row", c.row_err2.size(), "input row (token)");
+  const auto vector = [&](const std::string& name, const std::vector<double>& v, const h5::Dataset& axis) {
+    st.write(name, v);
+    dims::name_axes(st.open_dataset(name), {axis}, "1");
+  };
+  st.set_attr("nmse_original_basis", c.nmse_original_basis);
+  vector("channel_nmse", ratios(c.channel_err2, c.channel_ref2), channel);
+  vector("row_nmse", ratios(c.row_err2, c.row_ref2), row);
+  if (!c.channel_err2_transformed.empty()) {
+    vector("channel_nmse_transformed", ratios(c.channel_err2_transformed, c.channel_ref2_transformed), channel);
+    vector("row_nmse_transformed", ratios(c.row_err2_transformed, c.row_ref2_transformed), row);
+  }
+  if (!c.block_nmse.empty()) {
+    const h5::Dataset br = dims::index(st, "block_row", static_cast<std::uint64_t>(q.scale_rows),
+                                       "row of the scale grid (stored orientation)");
+    const h5::Dataset bc = dims::index(st, "block_col", static_cast<std::uint64_t>(q.scale_cols),
+                                       "column of the scale grid (stored orientation)");
+    st.write("block_nmse", c.block_nmse,
+             h5::Dims{static_cast<std::uint64_t>(q.scale_rows), static_cast<std::uint64_t>(q.scale_cols)});
+    dims::name_axes(st.open_dataset("block_nmse"), {br, bc}, "1");
+    st.set_attr("blocks_with_energy", c.blocks_with_energy);
+    st.set_attr("block_nmse_p50", c.block_nmse_p50);
+    st.set_attr("block_nmse_p90", c.block_nmse_p90);
+    st.set_attr("block_nmse_p99", c.block_nmse_p99);
+    st.set_attr("block_nmse_max", c.block_nmse_max);
+    st.set_attr("worst_blocks", c.worst_blocks);
+    st.set_attr("worst_block_error_share", c.worst_block_error_share);
+  }
+  if (!c.outlier_mask.empty()) {
+    st.write("outlier_mask", c.outlier_mask);
+    dims::name_axes(st.open_dataset("outlier_mask"), {channel}, "");
+    st.set_attr("outlier_mask_source", c.outlier_mask_source);
+    st.set_attr("outlier_channels", c.split.outlier_channels);
+    st.set_attr("normal_channels", c.split.normal_channels);
+    st.set_attr("outlier_nmse", c.split.outlier_nmse);
+    st.set_attr("normal_nmse", c.split.normal_nmse);
+    st.set_attr("outlier_energy_fraction", c.split.outlier_energy_fraction);
+  }
+}
+
+}  // namespace
 
 void write_quantized(h5::Group g, const QuantizedTensor& q, const h5::Dims& input_dims) {
   const QuantSpec& s = q.spec;
@@ -53,6 +113,7 @@ void write_quantized(h5::Group g, const QuantizedTensor& q, const h5::Dims& inpu
   st.set_attr("blocks", static_cast<std::int64_t>(t.blocks));
   st.set_attr("zero_scale_blocks", static_cast<std::int64_t>(t.zero_scale_blocks));
   st.set_attr("subnormal_scale_blocks", static_cast<std::int64_t>(t.subnormal_scale_blocks));
+  if (q.channels.computed()) write_channel_stats(st, q);
 }
 
 QuantizeTrace::QuantizeTrace(const std::string& path, const std::string& command_line, const std::string& source,
