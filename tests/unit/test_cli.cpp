@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -487,6 +489,37 @@ TEST_CASE("run mlp: a complete trace with every record, the fp32 run next to the
   CHECK(dims == fp4d::h5::Dims{30, 12});
   CHECK(nmse[0] < 1e-4);        // layer 0, fprop X: BF16
   CHECK(nmse[6] > 1e-3);        // layer 1, fprop X: NVFP4
+}
+
+TEST_CASE("run mlp: [recipes] accumulator changes the CPU emulation's GEMMs, and only known names pass") {
+  TempDir d;
+  const auto config = [&](const std::string& acc) {
+    return write_text(d, "a-" + acc + ".toml",
+                      "workload = \"mlp\"\n[mlp]\nwidths = [64, 128, 16]\nbatch = 64\nsteps = 12\nlr = 0.05\n"
+                      "[recipes]\nnames = [\"bf16\", \"nvfp4\"]\naccumulator = \"" + acc + "\"\n"
+                      "[reference]\ncompare_every = 4\n[trace]\nflush_every = 6\n");
+  };
+  std::map<std::string, std::vector<double>> bf16_loss;
+  for (const std::string acc : {"fp32-sequential", "sm90", "exact"}) {
+    const std::string out = d.file(acc + ".h5");
+    const Result r = run("run " + config(acc) + " --out " + out);
+    INFO(acc << ": " << r.err);
+    REQUIRE(r.status == 0);
+    fp4d::h5::File f = fp4d::h5::File::open_read(out);
+    bf16_loss[acc] = f.root().read<double>("mlp/runs/bf16/loss");
+    CHECK(f.root().get_attr_string("config").find("accumulator = \"" + acc + "\"") != std::string::npos);
+  }
+  // BF16 products summed over K = 64 .. 128: truncating alignment and round-to-nearest differ
+  // in some output of some step, so the runs part ways; the first step's loss (before any
+  // update) is the same.
+  CHECK(bf16_loss["sm90"].front() == bf16_loss["fp32-sequential"].front());
+  CHECK(bf16_loss["sm90"] != bf16_loss["fp32-sequential"]);
+  CHECK(bf16_loss["exact"] != bf16_loss["fp32-sequential"]);
+  const Result bad = run("run " + config("fp32") + " --out " + d.file("bad.h5"));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("recipes.accumulator") != std::string::npos);
+  CHECK(bad.err.find("fp32-sequential, sm90, exact") != std::string::npos);
+  require_no_output(d.file("bad.h5"));
 }
 
 TEST_CASE("run mlp: reference off - the same low-precision losses, no reference, no compares") {
@@ -1157,4 +1190,106 @@ TEST_CASE("a misspelt subcommand names the known ones; --steps 0 is refused") {
   CHECK(zero.status == 2);
   CHECK(lines(zero.err) == 1);
   CHECK(zero.err.find("--steps") != std::string::npos);
+}
+
+TEST_CASE("quantize: per-channel and per-block statistics, the generator's outlier mask and the split") {
+  TempDir t;
+  const std::string out = t.file("q.h5");
+  const Result r = run("quantize --generate outliers --shape 64x64 --outlier-fraction 0.05 --preset nvfp4,nvfp4-rht "
+                       "--json --out " + out);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.out);
+  for (const auto& rec : j["recipes"]) {
+    INFO(rec["name"]);
+    const auto& sp = rec["outlier_split"];
+    CHECK(sp["mask_source"] == "generator");
+    CHECK(sp["outlier_channels"] == 3);  // round(0.05 * 64)
+    CHECK(sp["normal_channels"] == 61);
+    // 1x16 blocks along the channels: a 50x channel sets the scale of its block, and the other
+    // 15 channels of that block lose most of their resolution.
+    CHECK(sp["normal_nmse"].get<double>() > sp["outlier_nmse"].get<double>());
+    CHECK(rec["channels"]["nmse_original_basis"].get<double>() > 0);
+    CHECK(rec["blocks"]["worst"].size() == 8);
+    CHECK(rec["blocks"]["nmse_p50"].get<double>() <= rec["blocks"]["nmse_max"].get<double>());
+  }
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  const fp4d::h5::Group st = f.root().open_group("recipes/nvfp4-rht/stats");
+  CHECK(st.open_dataset("channel_nmse").dimension_labels() == std::vector<std::string>{"channel"});
+  CHECK(st.open_dataset("row_nmse_transformed").dimension_labels() == std::vector<std::string>{"row"});
+  CHECK(st.open_dataset("block_nmse").dimension_labels() == std::vector<std::string>{"block_row", "block_col"});
+  const std::vector<std::uint8_t> mask = st.read<std::uint8_t>("outlier_mask");
+  CHECK(std::count(mask.begin(), mask.end(), 1) == 3);
+  CHECK(st.get_attr_string("outlier_mask_source") == "generator");
+  CHECK_FALSE(f.root().open_group("recipes/nvfp4/stats").is_dataset("channel_nmse_transformed"));
+
+  // The table says it in one line per recipe.
+  const Result table = run("quantize --generate outliers --shape 64x64 --preset nvfp4");
+  REQUIRE(table.status == 0);
+  CHECK(table.out.find("outlier channels (1 of 64") != std::string::npos);
+  CHECK(table.out.find("normal/global") != std::string::npos);
+}
+
+TEST_CASE("quantize --outlier-channels: a user's mask for a file's tensor; bad masks are one line, exit 2") {
+  TempDir t;
+  const std::string in = t.file("x.h5"), out = t.file("q.h5");
+  std::vector<float> v(32 * 32);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919) % 13) - 6.0f + ((i % 32) == 4 ? 400.0f : 0.0f);
+  write_tensor(in, v, {32, 32});
+  const Result ok = run("quantize --input " + in + ":/x --preset nvfp4 --outlier-channels 4,30-31 --json --out " + out);
+  INFO(ok.err);
+  REQUIRE(ok.status == 0);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(ok.out);
+  CHECK(j["recipes"][0]["outlier_split"]["outlier_channels"] == 3);
+  CHECK(j["recipes"][0]["outlier_split"]["mask_source"] == "--outlier-channels 4,30-31");
+  CHECK(fs::exists(out));
+  // Without a mask: no split, the per-channel statistics still.
+  const Result none = run("quantize --input " + in + ":/x --preset nvfp4 --json");
+  REQUIRE(none.status == 0);
+  const nlohmann::ordered_json n = nlohmann::ordered_json::parse(none.out);
+  CHECK_FALSE(n["recipes"][0].contains("outlier_split"));
+  CHECK(n["recipes"][0]["channels"]["worst_channel"].is_number_integer());
+  const std::string out2 = t.file("bad.h5");
+  for (const char* bad : {"32", "4,4", "7-5", "x", "1,,2"}) {
+    INFO(bad);
+    const Result r = run("quantize --input " + in + ":/x --preset nvfp4 --outlier-channels " + std::string(bad) + " --out " + out2);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("--outlier-channels") != std::string::npos);
+    require_no_output(out2);
+  }
+  const Result gen = run("quantize --generate outliers --shape 32x32 --outlier-channels 1 --out " + out2);
+  CHECK(gen.status == 2);
+  CHECK(gen.err.find("records the mask it applied") != std::string::npos);
+  require_no_output(out2);
+}
+
+TEST_CASE("gemm: per-row and per-column errors, X's outlier channels on K (fprop) and on C's rows (wgrad)") {
+  TempDir t;
+  const std::string out = t.file("g.h5");
+  const Result fp = run("gemm --role fprop --m 32 --n 32 --k 64 --generate outliers --outlier-fraction 0.05 "
+                        "--recipe nvfp4 --json --out " + out);
+  INFO(fp.err);
+  REQUIRE(fp.status == 0);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(fp.out);
+  const auto& sp = j["recipes"][0]["outlier_split"];
+  CHECK(sp["axis"] == "reduction");
+  CHECK(sp["outlier_channels"] == 3);
+  CHECK(sp["quantization_from_normal_channels_rel_frobenius"].get<double>() > 0);
+  CHECK(j["recipes"][0]["row_rel_frobenius_max"]["total"].get<double>() >=
+        j["recipes"][0]["total"]["rel_frobenius"].get<double>());
+  fp4d::h5::File f = fp4d::h5::File::open_read(out);
+  CHECK(f.root().open_dataset("recipes/nvfp4/row_rel_frobenius").dimension_labels() ==
+        std::vector<std::string>{"term", "out_row"});
+  CHECK(f.root().open_group("recipes/nvfp4").get_attr_string("outlier_axis") == "reduction");
+  const std::vector<std::uint8_t> mask = f.root().read<std::uint8_t>("outlier_mask_X");
+  CHECK(mask.size() == 64);
+  const Result wg = run("gemm --role wgrad --m 32 --n 32 --k 64 --generate outliers --recipe nvfp4 --json");
+  REQUIRE(wg.status == 0);
+  const nlohmann::ordered_json w = nlohmann::ordered_json::parse(wg.out);
+  CHECK(w["recipes"][0]["outlier_split"]["axis"] == "output_rows");
+  CHECK(w["recipes"][0]["outlier_split"]["total_outlier_rows_rel_frobenius"].get<double>() > 0);
+  const Result plain = run("gemm --role fprop --m 16 --n 16 --k 32 --recipe bf16 --json");
+  REQUIRE(plain.status == 0);
+  CHECK_FALSE(nlohmann::ordered_json::parse(plain.out)["recipes"][0].contains("outlier_split"));
 }
