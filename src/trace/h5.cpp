@@ -853,6 +853,37 @@ std::vector<std::string> Group::children() const {
   return names;
 }
 
+namespace {
+// H5Aiterate2 rather than the object info's count: H5Oget_info's signature differs between
+// HDF5 1.10 and 1.12+.
+void check_attributes(hid_t obj, const std::string& what) {
+  hsize_t idx = 0;
+  const herr_t r = H5Aiterate2(
+      obj, H5_INDEX_NAME, H5_ITER_INC, &idx,
+      [](hid_t o, const char* name, const H5A_info_t*, void*) -> herr_t {
+        const hid_t a = H5Aopen(o, name, H5P_DEFAULT);
+        if (a < 0) return -1;
+        H5Aclose(a);
+        return 0;
+      },
+      nullptr);
+  if (r < 0) fail_h5("cannot read the attributes of " + what);
+}
+}  // namespace
+
+void Group::check_readable() const {
+  silence();
+  check_open(*this, "cannot check group " + quote(path_));
+  check_attributes(h_.get(), what_());
+  for (const std::string& name : children()) {
+    const std::string full = join(path_, name);
+    Handle o(H5Oopen(h_.get(), name.c_str(), H5P_DEFAULT));
+    if (!o.valid()) fail_h5("cannot open " + quote(full) + " in " + quote(file_path_));
+    if (H5Iget_type(o.get()) == H5I_GROUP) open_group(name).check_readable();
+    else check_attributes(o.get(), quote(full) + " in " + quote(file_path_));
+  }
+}
+
 void Group::check_size_(const std::string& name, std::size_t n, const Dims& dims) const {
   std::uint64_t want = product(dims, "cannot write dataset " + quote(join(path_, name)));
   if (want != n)

@@ -250,6 +250,10 @@ class Group : public Node {
   bool is_group(const std::string& path) const;
   bool is_dataset(const std::string& path) const;
   std::vector<std::string> children() const;  // link names, sorted by name
+  // Opens every object below this group and every attribute of them and of it (decoding their
+  // headers): Error naming the first that fails. A file torn by a killed writer can hold rows
+  // that read back and metadata that does not.
+  void check_readable() const;
 
   // Datasets. dims {} = scalar (one element). Error if the name exists (unless
   // opts.overwrite) or data is null for a non-empty dataset.

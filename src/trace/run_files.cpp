@@ -40,6 +40,10 @@ h5::File open_run_trace(const std::string& path, const std::string& workload, co
   // cleared rather than taken for a torn file (which would rebuild it from the journal).
   h5::File f = h5::File::open_rw(path, h5::StaleWriter::Clear);
   const h5::Group root = f.root();
+  // A kill while the writer changed metadata (attributes, the final states' group) can leave a
+  // header that no longer decodes while every row reads back: an h5::Error here makes the
+  // resume rebuild the trace from its journal rather than fail later, half-way.
+  root.check_readable();
   if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != workload)
     throw std::invalid_argument("--resume: " + path + " is not an fp4drift " + workload + " run trace");
   if (root.get_attr_string("config") != config_text)

@@ -7,14 +7,16 @@
 namespace fp4d {
 
 RunRows::Id RunRows::doubles(h5::Group root, const std::string& path, h5::Dims row, Counts counts, bool create) {
-  entries_.push_back(Entry{create ? root.create_appendable<double>(path, std::move(row)) : root.open_appendable<double>(path),
-                           counts, {}, {}});
+  auto ds = create ? root.create_appendable<double>(path, std::move(row)) : root.open_appendable<double>(path);
+  const std::string full = ds.path();
+  entries_.push_back(Entry{std::move(ds), full, counts, {}, {}});
   return entries_.size() - 1;
 }
 
 RunRows::Id RunRows::ints(h5::Group root, const std::string& path, Counts counts, bool create) {
-  entries_.push_back(Entry{create ? root.create_appendable<std::int64_t>(path, {}) : root.open_appendable<std::int64_t>(path),
-                           counts, {}, {}});
+  auto ds = create ? root.create_appendable<std::int64_t>(path, {}) : root.open_appendable<std::int64_t>(path);
+  const std::string full = ds.path();
+  entries_.push_back(Entry{std::move(ds), full, counts, {}, {}});
   return entries_.size() - 1;
 }
 
@@ -115,11 +117,15 @@ const h5::Appendable<std::int64_t>& RunRows::ints_at(Id id) const {
   return std::get<h5::Appendable<std::int64_t>>(entries_.at(id).ds);
 }
 
+void RunRows::close() {
+  for (Entry& e : entries_) visit(e, [](auto& ds) { ds = std::remove_reference_t<decltype(ds)>(); });
+}
+
 void RunRows::reopen(h5::Group root) {
   for (Entry& e : entries_)
     visit(e, [&](auto& ds) {
       using T = typename std::remove_reference_t<decltype(ds)>::value_type;
-      ds = root.open_appendable<T>(ds.path());
+      ds = root.open_appendable<T>(e.path);
     });
 }
 
@@ -138,6 +144,7 @@ void SwmrPhase::end(h5::File& file, RunRows& rows) {
   if (!active_) return;
   const std::string path = file.path();
   active_ = false;
+  rows.close();
   file.close();
   file = h5::File::open_rw(path, h5::StaleWriter::Refuse, h5::FileLock::Skip);  // readers may hold it
   rows.reopen(file.root());

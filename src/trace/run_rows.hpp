@@ -59,13 +59,16 @@ class RunRows {
   const h5::Appendable<double>& doubles_at(Id id) const;
   const h5::Appendable<std::int64_t>& ints_at(Id id) const;
 
-  // Opens every dataset again by its path under `root` (the trace was closed and opened
-  // again); staged rows and digests are kept.
+  // Closes every dataset (before the file is closed: a dataset identifier outliving a file
+  // whose close failed, on a full disk, crashes HDF5 when it is dropped), and opens them again
+  // by their paths under `root` once the file is open again; staged rows and digests are kept.
+  void close();
   void reopen(h5::Group root);
 
  private:
   struct Entry {
     std::variant<h5::Appendable<double>, h5::Appendable<std::int64_t>> ds;
+    std::string path;  // of ds in the file
     Counts counts = Counts::Records;
     std::vector<double> staged_d;
     std::vector<std::int64_t> staged_i;
