@@ -189,11 +189,26 @@ int interrupted_exit(const std::string& out) {
 
 void print_note(const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); }
 
+// [recipes] accumulator on a device: the device accumulates as its hardware does, so a config
+// may call that sm90 (on an sm_90 GPU: one config then describes the CPU run that models it and
+// the GPU run) but not exact.
+void check_accumulator_on_backend(Accumulator acc, const Backend& backend) {
+  if (!backend.is_device() || acc == Accumulator::Fp32Sequential) return;
+  if (acc != Accumulator::Sm90)
+    throw UsageError("[recipes] accumulator = \"" + to_string(acc) + "\" with --backend " + backend.name() +
+                     ": the device accumulates as its tensor cores do; only \"sm90\" describes it");
+  backend.require_available();
+  const std::string arch = backend.device_architecture();
+  if (arch.rfind("sm_90 ", 0) != 0)
+    throw UsageError("[recipes] accumulator = \"sm90\" models the tensor cores of sm_90 (H100, H200); this GPU is " + arch);
+}
+
 int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_line) {
   const Backend& backend = select_backend(a.backend);
   check_long_run_output(a, "mlp");
   const MlpRunSpec spec = parse_mlp_run(cfg, a.steps);
   cfg.finish();
+  check_accumulator_on_backend(spec.accumulator, backend);
   MlpRunControl ctl;
   ctl.path = a.out;
   ctl.config_text = cfg.text();
@@ -273,6 +288,7 @@ int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_li
     throw UsageError("--concurrent-runs: the lm workload steps its runs in turn, beside the reference's thread");
   const LmRunSpec spec = parse_lm_run(cfg, a.steps);
   cfg.finish();
+  check_accumulator_on_backend(spec.accumulator, backend);
   LmRunControl ctl;
   ctl.path = a.out;
   ctl.config_text = cfg.text();

@@ -82,8 +82,9 @@ Matrix RecipeGemm::operator()(const GemmCall& call, const Matrix& first, const M
   Matrix A, B;
   if (!quantize_call(call, first, second, &qa, &qb, &A, &B)) return gemm_fp32(A, B);
   if (opt_.product) return opt_.product(qa, qb);
-  if (qa.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(qa, qb);
-  return gemm_block_scaled_emulated(qa, qb);
+  const EmulatedGemmOptions emulation{opt_.accumulator};
+  if (qa.spec.scheme == Scheme::Cast) return gemm_dequantized_fp32(qa, qb, emulation);
+  return gemm_block_scaled_emulated(qa, qb, emulation);
 }
 
 std::optional<std::pair<QuantizedTensor, QuantizedTensor>> RecipeGemm::quantize_operands(const GemmCall& call,

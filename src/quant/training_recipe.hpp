@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/gemm_emulated.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
 #include "quant/spec.hpp"
@@ -67,6 +68,9 @@ struct RecipeGemmOptions {
   std::vector<int> high_precision_layers;  // layers run with edge_recipe
   std::uint64_t seed = 0;
   QuantizedProduct product;               // empty: the CPU emulation
+  // How the CPU emulation accumulates the recipe's GEMMs (`[recipes] accumulator`); the plain
+  // fp32 recipe's float32 GEMM and a backend's `product` are not affected.
+  Accumulator accumulator = Accumulator::Fp32Sequential;
 };
 
 // The SR seed of step `step` of a run seeded `seed`, and the Philox stream of a GEMM operand

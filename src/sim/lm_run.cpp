@@ -166,6 +166,7 @@ void parse_data(Config& cfg, LmRunSpec& r) {
 
 void parse_recipes(Config& cfg, LmRunSpec& r) {
   parse_recipe_names(cfg, r.recipes, r.edge_recipe);
+  parse_accumulator(cfg, r.accumulator);
   const auto blocks = static_cast<std::int64_t>(r.model.pattern.size());
   for (const std::int64_t b : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(b >= 0 && b < blocks, "recipes.high_precision_layers",
@@ -378,7 +379,8 @@ class LmRun {
 
   void make_trainer(std::size_t r, const LmState<float>& state, std::int64_t s) {
     const std::string recipe = recipe_at(r, s);
-    const RecipeGemmOptions o{recipe, spec_.edge_recipe, lm_run_high_precision_linears(spec_), model_.seed, {}};
+    RecipeGemmOptions o{recipe, spec_.edge_recipe, lm_run_high_precision_linears(spec_), model_.seed, {}};
+    o.accumulator = spec_.accumulator;
     gemms_[r] = std::make_unique<RecipeGemm>(o, L_);  // the probe's, on the host
     trainers_[r] = ctl_.trainer ? ctl_.trainer(model_, o, precision_of(recipe), state)
                                 : make_cpu_lm_trainer(model_, o, precision_of(recipe), state);

@@ -17,7 +17,8 @@
 //   [recipes]       names = ["nvfp4", "bf16"]; high_precision_layers = [0, 7] (blocks kept in
 //                   edge_recipe, default bf16; the LM head always is, as the paper keeps it);
 //                   switch_to_bf16_at = 0.9 (fraction of the steps after which every run
-//                   trains in bf16: the paper's remedy for the late loss gap; 0 = never)
+//                   trains in bf16: the paper's remedy for the late loss gap; 0 = never);
+//                   accumulator = "fp32-sequential" (or "sm90", "exact": quant/gemm_emulated.hpp)
 //   [reference]     enabled, compare_every, probe_draws (as the mlp's); precision = "double" |
 //                   "binary128" | "mp256" (the mlp's scalars, sim/mlp_precision.hpp: the same
 //                   model code in that type; comparisons round its parameters to double, the
@@ -63,6 +64,7 @@ struct LmRunSpec {
   std::vector<std::string> recipes{"nvfp4", "bf16"};
   std::vector<int> high_precision_blocks;
   std::string edge_recipe = "bf16";
+  Accumulator accumulator = Accumulator::Fp32Sequential;  // the CPU emulation's ([recipes] accumulator)
   double switch_to_bf16_at = 0;  // in [0, 1); 0 = never
   bool reference_enabled = true;
   MlpPrecision reference_precision = MlpPrecision::Double;

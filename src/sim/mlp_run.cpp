@@ -123,6 +123,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   within_limit("mlp.teacher_width", m.batch, m.teacher_width, "teacher activations for the batch");
 
   parse_recipe_names(cfg, r.recipes, r.edge_recipe);
+  parse_accumulator(cfg, r.accumulator);
   for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
                 "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");
@@ -407,7 +408,8 @@ class MlpRun {
   void make_trainers(const std::vector<MlpState<float>>& lp) {
     bool need_batch = false;
     for (std::size_t r = 0; r < R_; ++r) {
-      const RecipeGemmOptions o{spec_.recipes[r], spec_.edge_recipe, spec_.high_precision_layers, model_.seed, ctl_.product};
+      RecipeGemmOptions o{spec_.recipes[r], spec_.edge_recipe, spec_.high_precision_layers, model_.seed, ctl_.product};
+      o.accumulator = spec_.accumulator;
       gemms_.push_back(std::make_unique<RecipeGemm>(o, L_));
       trainers_.push_back(ctl_.trainer ? ctl_.trainer(model_, o, lp[r]) : make_cpu_trainer(model_, o, lp[r]));
       need_batch = need_batch || trainers_.back()->needs_batch();

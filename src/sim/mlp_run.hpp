@@ -6,6 +6,7 @@
 //   [mlp]        model, data and optimizer (sim/mlp.hpp's MlpSpec; keys named as its fields)
 //   steps = 500
 //   [recipes]    names = ["nvfp4", "bf16"]; high_precision_layers = [0, 3]; edge_recipe = "bf16"
+//                accumulator = "fp32-sequential" (or "sm90", "exact": quant/gemm_emulated.hpp)
 //   [reference]  enabled = true       (false: no reference run, no compares; losses only)
 //                compare_every = 10   (weights compared every k steps; losses every record)
 //                queue = 64           (records the low-precision runs may be ahead of the reference)
@@ -49,6 +50,7 @@ struct MlpRunSpec {
   std::vector<std::string> recipes{"nvfp4", "bf16"};
   std::vector<int> high_precision_layers;
   std::string edge_recipe = "bf16";
+  Accumulator accumulator = Accumulator::Fp32Sequential;  // the CPU emulation's ([recipes] accumulator)
   std::int64_t compare_every = 10, queue = 64;
   std::int64_t probe_draws = 4;  // SR draws of the local-error probe's quantized gradient
   MlpPrecision reference_precision = MlpPrecision::Double;

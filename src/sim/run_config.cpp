@@ -20,6 +20,15 @@ void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::strin
   }
 }
 
+void parse_accumulator(Config& cfg, Accumulator& accumulator) {
+  const std::string name = cfg.get_string("recipes.accumulator", to_string(accumulator));
+  try {
+    accumulator = parse_accumulator(name);
+  } catch (const std::invalid_argument& e) {
+    cfg.require(false, "recipes.accumulator", e.what());
+  }
+}
+
 void parse_reference_cadence(Config& cfg, bool& enabled, std::int64_t& compare_every, std::int64_t& probe_draws) {
   enabled = cfg.get_bool("reference.enabled", enabled);
   compare_every = cfg.get_int("reference.compare_every", compare_every);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/gemm_emulated.hpp"
 #include "util/config.hpp"
 
 namespace fp4d {
@@ -15,6 +16,9 @@ namespace fp4d {
 void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::string& edge_recipe);
 // [reference] enabled, compare_every (>= 1), probe_draws (1 .. 1024).
 void parse_reference_cadence(Config& cfg, bool& enabled, std::int64_t& compare_every, std::int64_t& probe_draws);
+// [recipes] accumulator: how the CPU emulation accumulates the recipes' GEMMs (fp32-sequential,
+// sm90, exact; quant/gemm_emulated.hpp).
+void parse_accumulator(Config& cfg, Accumulator& accumulator);
 // [trace] every (>= 1), flush_every (>= 1).
 void parse_trace_cadence(Config& cfg, std::int64_t& every, std::int64_t& flush_every);
 

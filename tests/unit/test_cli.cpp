@@ -510,9 +510,8 @@ TEST_CASE("run mlp: [recipes] accumulator changes the CPU emulation's GEMMs, and
     CHECK(f.root().get_attr_string("config").find("accumulator = \"" + acc + "\"") != std::string::npos);
   }
   // BF16 products summed over K = 64 .. 128: truncating alignment and round-to-nearest differ
-  // in some output of some step, so the runs part ways; the first step's loss (before any
-  // update) is the same.
-  CHECK(bf16_loss["sm90"].front() == bf16_loss["fp32-sequential"].front());
+  // in some output (the forward GEMMs of the first step already), so the runs part ways.
+  REQUIRE(bf16_loss["sm90"].size() == 12);
   CHECK(bf16_loss["sm90"] != bf16_loss["fp32-sequential"]);
   CHECK(bf16_loss["exact"] != bf16_loss["fp32-sequential"]);
   const Result bad = run("run " + config("fp32") + " --out " + d.file("bad.h5"));
