@@ -231,8 +231,9 @@ Matrix scaled_elements(const Operand& o, std::int64_t L, bool exponents) {
       const std::size_t blk = static_cast<std::size_t>(r * o.nb + k / L);
       const float v = o.vals[static_cast<std::size_t>(r * o.K + k)];
       const float x = exponents ? std::ldexp(v, o.exps[blk]) : v * o.scale[blk];
-      require(std::isfinite(x), "element (" + std::to_string(r) + ", " + std::to_string(k) +
-                                    ") times its block scale is not a finite float: the sm90 path has no exact BF16 operand for it");
+      if (!std::isfinite(x))
+        require(false, "element (" + std::to_string(r) + ", " + std::to_string(k) +
+                           ") times its block scale is not a finite float: the sm90 path has no exact BF16 operand for it");
       X(r, k) = x;
     }
   return X;

@@ -9,7 +9,7 @@
 // a product a_k b_k is exact in float32 (at most 11 + 11 significant bits), its aligned,
 // truncated value floor(|a_k b_k| 2^(23 + extra_bits - E)) is one multiply by a power of two
 // and a truncating conversion, and the 16 products of a block sum exactly in int32 (each is
-// below 4 * 2^25, so the sum stays below 2^31); the accumulator c joins in 64 bits. The fast
+// below 4 * 2^25, so the sum stays below 2^31); the accumulator c joins in double. The fast
 // path takes BF16 and FP16 models (group <= 16, 2 extra bits) for operands whose products can
 // neither underflow nor overflow float32 and whose blocks' alignment exponents stay in
 // [-100, 124]: checked on the operands' exponent ranges before the first output; anything else
