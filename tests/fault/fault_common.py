@@ -17,7 +17,7 @@ EXE = os.environ.get("FP4DRIFT_EXE", "fp4drift")
 FAULT_LIB = os.environ.get("FP4D_FAULT_LIB", "")
 
 # A small mlp run with three checkpoints (25, 50, 60) and compares every 10 steps: every
-# kind of write a long run makes, in about 230 file-system events.
+# kind of write a long run makes, in about 460 file-system events.
 TINY_MLP = """workload = "mlp"
 
 [mlp]
@@ -48,12 +48,14 @@ VOLATILE_ATTRS = {"created", "rebuilt_at_step", "start_time", "end_time", "host"
                   "omp_wait_policy"}
 
 
-def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
     full = dict(os.environ)
     full.setdefault("OMP_NUM_THREADS", "1")
     if env:
         full.update(env)
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full, timeout=timeout)
+    exe = str(Path(EXE).resolve()) if cwd is not None and os.sep in EXE else EXE  # a relative EXE names it from here
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=full, timeout=timeout, cwd=cwd)
 
 
 def faulty(env: dict[str, str]) -> dict[str, str]:
