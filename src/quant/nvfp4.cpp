@@ -46,43 +46,6 @@ float amax_cpu(const Matrix& x) {
 
 namespace {
 
-// Quantize one block of up to 16 values held in v[0..15] (zero padded) with encode scale
-// e_b; writes 16 codes. Returns the number of clipped elements. Templated on the rounding
-// mode so that the RNE loop has no per-element branch and vectorises.
-template <Rounding R>
-int quantize_block16(const float* v, float e_b, const RoundingSpec& rs, std::uint64_t first_index,
-                     std::uint8_t* q) {
-  int clipped = 0;
-  float y[kNvfp4Block];
-  for (int i = 0; i < kNvfp4Block; ++i) {
-    bool c;
-    y[i] = clamp_e2m1_range(v[i] * e_b, &c);
-    clipped += c;
-  }
-  if constexpr (R == Rounding::NearestEven) {
-    for (int i = 0; i < kNvfp4Block; ++i) q[i] = e2m1_rne(y[i]);
-  } else if constexpr (R == Rounding::TowardZero) {
-    for (int i = 0; i < kNvfp4Block; ++i) q[i] = e2m1_rz(y[i]);
-  } else {
-    // first_index is a multiple of 16 (rows are padded to 16): one Philox call serves 4 elements
-    // (16 with hw SR's packed layout).
-    if (rs.sr_bits == kSrHw) {
-      const Philox4x32 w = philox_hw_block(rs.rng, first_index >> 4);
-      for (int i = 0; i < kNvfp4Block; ++i) {
-        const std::uint64_t index = first_index + static_cast<std::uint64_t>(i);
-        q[i] = e2m1_sr(y[i], hw_byte_of_word(w.v[i >> 2], index), kSrHw, rs.rng, index);
-      }
-      return clipped;
-    }
-    for (int g = 0; g < kNvfp4Block; g += 4) {
-      const Philox4x32 w = philox_block(rs.rng, (first_index + g) >> 2);
-      for (int j = 0; j < 4; ++j)
-        q[g + j] = e2m1_sr(y[g + j], w.v[j], rs.sr_bits, rs.rng, first_index + static_cast<std::uint64_t>(g + j));
-    }
-  }
-  return clipped;
-}
-
 #if defined(__AVX2__)
 // Philox4x32-10 on 8 counters at once, one AVX2 register per counter word (structure of
 // arrays). The 32x32 -> 64-bit products come from vpmuludq on the even and the odd lanes;
@@ -396,41 +359,68 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
   out.clipped = clipped;
 }
 
+// Column-wise maximum of amax keys over one row, into k (for the 16x16 tiles' amax).
+__attribute__((noinline)) void colmax_keys(const float* __restrict x, std::int64_t n, std::uint32_t* __restrict k) {
+  for (std::int64_t c = 0; c < n; ++c) k[c] = std::max(k[c], amax_key(x[c]));
+}
+
+// 16x16 tiles through the 1x16 row machinery: per 16-row tile row, the column-wise maximum of
+// the amax keys (a vector max over the rows) gives each tile's amax to block_scales_row - the
+// keys are non-negative, non-NaN float bits, so a block of them has their maximum as its amax -
+// and every row is then rounded, packed and dequantized as a 1x16 row with the tile row's
+// scales. The element order, indices and random bits are the 1x16 path's.
 template <Rounding R>
 void quantize_16x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
-  const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols;
-  const std::int64_t trows = out.scale_rows, tcols = out.scale_cols;
+  const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols, nblk = out.scale_cols;
+  const std::int64_t trows = out.scale_rows;
   const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
   const GlobalScale g = out.global;
   std::int64_t clipped = 0;
-#pragma omp parallel for schedule(static) reduction(+ : clipped)
-  for (std::int64_t tr = 0; tr < trows; ++tr) {
-    const std::int64_t r0 = tr * kNvfp4Block, r1 = std::min(rows, r0 + kNvfp4Block);
-    for (std::int64_t tc = 0; tc < tcols; ++tc) {
-      const std::int64_t c0 = tc * kNvfp4Block;
-      const int n = static_cast<int>(std::min<std::int64_t>(kNvfp4Block, cols - c0));
-      float a = 0.0f;
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (int i = 0; i < n; ++i) {
-          const float t = abs_f32(x(r, c0 + i));
-          a = t > a ? t : a;
-        }
-      const std::uint8_t s = nvfp4_block_scale_code(a, g.encode, legacy);
-      const float e_b = nvfp4_block_encode_scale(s, g.decode);
-      const float sv = e4m3_decode(s);
-      out.scale_codes[tr * tcols + tc] = s;
-      out.scale_values[tr * tcols + tc] = sv;
+#pragma omp parallel reduction(+ : clipped)
+  {
+    std::vector<float> padded(static_cast<std::size_t>(pcols), 0.0f), eb(static_cast<std::size_t>(pcols));
+    std::vector<std::uint32_t> colkey(static_cast<std::size_t>(pcols));
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols));
+    std::vector<std::uint32_t> keys(static_cast<std::size_t>(nblk));
+    std::vector<float> ebb(static_cast<std::size_t>(nblk));
+    const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
+    std::vector<std::uint32_t> words(R == Rounding::Stochastic ? static_cast<std::size_t>(pcols) : 0);
+    std::vector<std::uint32_t> hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0);
+#pragma omp for schedule(static)
+    for (std::int64_t tr = 0; tr < trows; ++tr) {
+      const std::int64_t r0 = tr * kNvfp4Block, r1 = std::min(rows, r0 + kNvfp4Block);
+      std::fill(colkey.begin(), colkey.end(), 0u);  // padding columns and rows stay 0
+      for (std::int64_t r = r0; r < r1; ++r) colmax_keys(x.data.data() + r * cols, cols, colkey.data());
+      std::uint8_t* sc = out.scale_codes.data() + tr * nblk;
+      float* sv = out.scale_values.data() + tr * nblk;
+      block_scales_row(reinterpret_cast<const float*>(colkey.data()), nblk, g, legacy, sc, sv, eb.data(), keys.data(),
+                       ebb.data());
       for (std::int64_t r = r0; r < r1; ++r) {
-        float v[kNvfp4Block];
-        for (int i = 0; i < kNvfp4Block; ++i) v[i] = i < n ? x(r, c0 + i) : 0.0f;
-        std::uint8_t q[kNvfp4Block];
-        const int c = quantize_block16<R>(v, e_b, spec.rounding, static_cast<std::uint64_t>(r * pcols + c0), q);
-        clipped += (s & 0x7fu) != 0 ? c : 0;  // zero-scale tiles flush: underflow, not clipping
-        std::uint8_t* cr = out.codes.data() + r * (pcols / 2);
-        for (int i = 0; i < kNvfp4Block / 2; ++i)
-          cr[c0 / 2 + i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
-        if (dequantize)
-          for (int i = 0; i < n; ++i) out.dequantized(r, c0 + i) = (e2m1_decode(q[i]) * sv) * g.decode;
+        const float* xr = x.data.data() + r * cols;
+        if (cols != pcols) {  // partial last block: zero-padded copy
+          std::copy(xr, xr + cols, padded.begin());
+          xr = padded.data();
+        }
+        const auto first = static_cast<std::uint64_t>(r * pcols);
+        if constexpr (R == Rounding::Stochastic) {
+          if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, hw_words.data(), words.data());
+          else philox_words(spec.rounding.rng, first, pcols, words.data());
+        }
+        if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
+          clipped += round_row<R, SrKind::Exact>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
+                                                tie.data());
+        else if (hw)
+          clipped += round_row<R, SrKind::Hw>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
+                                             tie.data());
+        else
+          clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
+        clipped -= zero_scale_clipped(xr, eb.data(), sc, nblk);
+        pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
+        if (dequantize) {
+          float* dr = out.dequantized.data.data() + r * cols;
+          for (std::int64_t c = 0; c < cols; ++c)
+            dr[c] = (e2m1_decode(q[static_cast<std::size_t>(c)]) * sv[c / kNvfp4Block]) * g.decode;
+        }
       }
     }
   }
