@@ -108,20 +108,81 @@ class Progress {
   std::int64_t first_ = -1;
 };
 
-// A complete mlp run's summary as one line of JSON (--json).
+nlohmann::ordered_json json_window(const run_metrics::SlopeWindow& w) {
+  return {{"first_step", w.first_step}, {"last_step", w.last_step}, {"points", w.points},
+          {"exponent", w.slope}, {"ci_low", w.ci_low}, {"ci_high", w.ci_high}};
+}
+
+// The headline metrics' JSON keys, shared by mlp and lm (docs/numerics.md, "Run summary metrics").
+void json_headline(nlohmann::ordered_json& j, const run_metrics::GapWindow& gap, double quantized_error,
+                   const run_metrics::SlopeWindow& growth, const std::vector<run_metrics::SlopeWindow>& local) {
+  j["rel_loss_gap"] = gap.mean;
+  j["rel_loss_gap_window"] = {{"first_step", gap.first_step}, {"last_step", gap.last_step}, {"records", gap.records},
+                              {"fraction", run_metrics::kGapWindowFraction},
+                              {"min_records", run_metrics::kGapWindowMinRecords}};
+  j["quantized_weight_rel_error"] = quantized_error;
+  j["quantized_growth"] = json_window(growth);
+  j["quantized_growth"]["confidence"] = run_metrics::kSlopeConfidence;
+  j["quantized_local_exponents"] = nlohmann::ordered_json::array();
+  for (const run_metrics::SlopeWindow& w : local) j["quantized_local_exponents"].push_back(json_window(w));
+}
+
+// A complete mlp run's summary as one line of JSON (--json). final_rel_loss_gap (the last
+// record's), final_last_layer_weight_rel_error and weight_error_growth_exponent (last layer,
+// every compare) stay for older readers; rel_loss_gap and the quantized_* keys are the headline.
 void json_mlp(const MlpRunSpec& spec, const MlpRunSummary& s) {
   nlohmann::ordered_json j = {{"workload", "mlp"}, {"steps", spec.steps}, {"reference_final_loss", s.reference_final_loss},
                               {"runs", nlohmann::ordered_json::array()}};
-  for (const MlpRunSummary::Run& r : s.runs)
-    j["runs"].push_back({{"recipe", r.recipe}, {"final_loss", r.final_loss},
-                         {"final_rel_loss_gap", r.final_rel_loss_gap},
-                         {"final_last_layer_weight_rel_error", r.final_weight_rel_error},
-                         {"weight_error_growth_exponent", r.growth_exponent},
-                         {"first_nonfinite_step", r.first_nonfinite_step}});
+  for (const MlpRunSummary::Run& r : s.runs) {
+    nlohmann::ordered_json x = {{"recipe", r.recipe}, {"final_loss", r.final_loss}};
+    json_headline(x, r.loss_gap, r.quantized_weight_rel_error, r.quantized_growth, r.quantized_local_exponents);
+    x["quantized_layers"] = r.quantized_layers;
+    x["quantized_layer_weight_rel_error"] = r.quantized_layer_weight_rel_error;
+    x["edge_layers"] = r.edge_layers;
+    x["edge_layer_weight_rel_error"] = r.edge_layer_weight_rel_error;
+    x["final_rel_loss_gap"] = r.final_rel_loss_gap;
+    x["final_last_layer_weight_rel_error"] = r.final_weight_rel_error;
+    x["weight_error_growth_exponent"] = r.growth_exponent;
+    x["first_nonfinite_step"] = r.first_nonfinite_step;
+    j["runs"].push_back(std::move(x));
+  }
   std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
-// The same as a table: the reference's final loss, per recipe its final values or where it diverged.
+std::string step_range(std::int64_t a, std::int64_t b) {
+  return a < 0 ? std::string("-") : std::to_string(a) + "-" + std::to_string(b);
+}
+
+std::string layer_list(const std::vector<int>& layers, const std::vector<double>& err) {
+  std::string out;
+  char buf[64];
+  for (std::size_t i = 0; i < layers.size() && i < err.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%d %.3e", out.empty() ? "" : ", ", layers[i], err[i]);
+    out += buf;
+  }
+  return out.empty() ? std::string("none") : out;
+}
+
+std::string interval(const run_metrics::SlopeWindow& w) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f [%.2f, %.2f]", w.slope, w.ci_low, w.ci_high);
+  return buf;
+}
+
+// The window-stating header of the headline columns (the windows are the same for every run:
+// they depend on the recorded and compared steps only).
+void print_headline_legend(const run_metrics::GapWindow& gap, const run_metrics::SlopeWindow& growth) {
+  std::printf("loss gap: mean of (L - L_ref) / L_ref over steps %s (the last %g%% of the records, at least %lld)\n",
+              step_range(gap.first_step, gap.last_step).c_str(), 100 * run_metrics::kGapWindowFraction,
+              static_cast<long long>(run_metrics::kGapWindowMinRecords));
+  std::printf("growth exp: slope of log(quantized W rel err) vs log(step) over the compares of steps %s, %g%% t interval; "
+              "local: the same over windows of a factor %g\n",
+              step_range(growth.first_step, growth.last_step).c_str(), 100 * run_metrics::kSlopeConfidence,
+              run_metrics::kWindowFactor);
+}
+
+// The same as a table: the reference's final loss, per recipe its headline values (or where it
+// diverged), then per layer the quantized layers' and the edge layers' errors and the local exponents.
 void print_mlp(const MlpRunSpec& spec, const std::string& config_source, const MlpRunSummary& s, const std::string& out) {
   if (spec.reference_enabled)
     std::printf("fp4drift run: mlp %s, %lld steps; reference (%s) final loss %.6g\n", config_source.c_str(),
@@ -132,16 +193,38 @@ void print_mlp(const MlpRunSpec& spec, const std::string& config_source, const M
   if (s.reference_first_nonfinite_step >= 0)
     std::printf("the reference itself diverged at step %lld (not a rounding effect: lower mlp.lr)\n",
                 static_cast<long long>(s.reference_first_nonfinite_step));
-  std::printf("%-22s %14s %14s %22s %18s\n", "recipe", "final loss", "rel loss gap", "last-layer W rel err",
-              "W err growth exp");
+  if (s.runs.empty()) return;
+  const MlpRunSummary::Run& r0 = s.runs.front();
+  if (spec.reference_enabled) print_headline_legend(r0.loss_gap, r0.quantized_growth);
+  const std::string gap_head = "loss gap " + step_range(r0.loss_gap.first_step, r0.loss_gap.last_step);
+  std::printf("%-22s %12s %20s %20s %22s\n", "recipe", "final loss", gap_head.c_str(), "quantized W rel err",
+              "growth exp [95% CI]");
   for (const MlpRunSummary::Run& r : s.runs) {
     if (r.first_nonfinite_step >= 0) {
       std::printf("%-22s diverged: the loss is not finite from step %lld on\n", r.recipe.c_str(),
                   static_cast<long long>(r.first_nonfinite_step));
       continue;
     }
-    std::printf("%-22s %14.6g %14.3e %22.3e %18.2f\n", r.recipe.c_str(), r.final_loss, r.final_rel_loss_gap,
-                r.final_weight_rel_error, r.growth_exponent);
+    std::printf("%-22s %12.6g %20.3e %20.3e %22s\n", r.recipe.c_str(), r.final_loss, r.loss_gap.mean,
+                r.quantized_weight_rel_error, interval(r.quantized_growth).c_str());
+  }
+  if (spec.reference_enabled) {
+    std::printf("per layer W rel err at step %lld (quantized layers; edge layers in %s apart):\n",
+                static_cast<long long>(spec.steps), spec.edge_recipe.c_str());
+    for (const MlpRunSummary::Run& r : s.runs) {
+      if (r.first_nonfinite_step >= 0) continue;
+      std::printf("  %-20s quantized %s; edge %s\n", r.recipe.c_str(),
+                  layer_list(r.quantized_layers, r.quantized_layer_weight_rel_error).c_str(),
+                  layer_list(r.edge_layers, r.edge_layer_weight_rel_error).c_str());
+    }
+    std::printf("local growth exponents of the quantized W rel err (steps: exponent [95%% CI]):\n");
+    for (const MlpRunSummary::Run& r : s.runs) {
+      if (r.first_nonfinite_step >= 0) continue;
+      std::string line;
+      for (const run_metrics::SlopeWindow& w : r.quantized_local_exponents)
+        line += (line.empty() ? "" : "; ") + step_range(w.first_step, w.last_step) + ": " + interval(w);
+      std::printf("  %-20s %s\n", r.recipe.c_str(), line.empty() ? "too few compares" : line.c_str());
+    }
   }
   std::printf("wrote %s\n", out.c_str());
 }
@@ -247,11 +330,19 @@ void json_lm(const LmRunSpec& spec, const LmRunSummary& s) {
                               {"reference_final_loss", s.reference_final_loss},
                               {"reference_tail_loss", s.reference_tail_loss},
                               {"runs", nlohmann::ordered_json::array()}};
-  for (const LmRunSummary::Run& r : s.runs)
-    j["runs"].push_back({{"recipe", r.recipe}, {"final_loss", r.final_loss}, {"tail_loss", r.tail_loss},
-                         {"tail_rel_loss_gap", r.tail_rel_loss_gap}, {"final_weight_rel_error", r.final_weight_rel_error},
-                         {"weight_error_growth_exponent", r.growth_exponent},
-                         {"first_nonfinite_step", r.first_nonfinite_step}});
+  // tail_rel_loss_gap (ratio of tail means), final_weight_rel_error and
+  // weight_error_growth_exponent (every parameter) stay for older readers.
+  for (const LmRunSummary::Run& r : s.runs) {
+    nlohmann::ordered_json x = {{"recipe", r.recipe}, {"final_loss", r.final_loss}, {"tail_loss", r.tail_loss}};
+    json_headline(x, r.loss_gap, r.quantized_weight_rel_error, r.quantized_growth, r.quantized_local_exponents);
+    x["quantized_params"] = r.quantized_params;
+    x["other_weight_rel_error"] = r.other_weight_rel_error;
+    x["tail_rel_loss_gap"] = r.tail_rel_loss_gap;
+    x["final_weight_rel_error"] = r.final_weight_rel_error;
+    x["weight_error_growth_exponent"] = r.growth_exponent;
+    x["first_nonfinite_step"] = r.first_nonfinite_step;
+    j["runs"].push_back(std::move(x));
+  }
   std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
@@ -267,16 +358,33 @@ void print_lm(const LmRunSpec& spec, const std::string& config_source, const LmR
   if (s.reference_first_nonfinite_step >= 0)
     std::printf("the reference itself diverged at step %lld (not a rounding effect: lower lm.optimizer.lr)\n",
                 static_cast<long long>(s.reference_first_nonfinite_step));
-  std::printf("%-22s %12s %12s %14s %16s %14s\n", "recipe", "final loss", "tail loss", "tail rel gap", "W rel err (all)",
-              "W err growth");
+  if (s.runs.empty()) return;
+  const LmRunSummary::Run& r0 = s.runs.front();
+  if (spec.reference_enabled) print_headline_legend(r0.loss_gap, r0.quantized_growth);
+  const std::string gap_head = "loss gap " + step_range(r0.loss_gap.first_step, r0.loss_gap.last_step);
+  std::printf("%-22s %12s %12s %20s %18s %16s %22s\n", "recipe", "final loss", "tail loss", gap_head.c_str(),
+              "quantized W err", "other W err", "growth exp [95% CI]");
   for (const LmRunSummary::Run& r : s.runs) {
     if (r.first_nonfinite_step >= 0) {
       std::printf("%-22s diverged: the loss is not finite from step %lld on\n", r.recipe.c_str(),
                   static_cast<long long>(r.first_nonfinite_step));
       continue;
     }
-    std::printf("%-22s %12.6g %12.6g %14.3e %16.3e %14.2f\n", r.recipe.c_str(), r.final_loss, r.tail_loss,
-                r.tail_rel_loss_gap, r.final_weight_rel_error, r.growth_exponent);
+    std::printf("%-22s %12.6g %12.6g %20.3e %18.3e %16.3e %22s\n", r.recipe.c_str(), r.final_loss, r.tail_loss,
+                r.loss_gap.mean, r.quantized_weight_rel_error, r.other_weight_rel_error,
+                interval(r.quantized_growth).c_str());
+  }
+  if (spec.reference_enabled) {
+    std::printf("quantized W err: the weights of the linears each recipe quantizes, together; other: the rest "
+                "(embedding, gains, mixer parameters, edge linears)\n");
+    std::printf("local growth exponents of the quantized W err (steps: exponent [95%% CI]):\n");
+    for (const LmRunSummary::Run& r : s.runs) {
+      if (r.first_nonfinite_step >= 0) continue;
+      std::string line;
+      for (const run_metrics::SlopeWindow& w : r.quantized_local_exponents)
+        line += (line.empty() ? "" : "; ") + step_range(w.first_step, w.last_step) + ": " + interval(w);
+      std::printf("  %-20s %s\n", r.recipe.c_str(), line.empty() ? "too few compares" : line.c_str());
+    }
   }
   std::printf("wrote %s\n", out.c_str());
 }

@@ -49,6 +49,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/token_source.hpp"
 #include "trace/token_file.hpp"
+#include "trace/run_metrics.hpp"
 #include "util/config.hpp"
 
 namespace fp4d {
@@ -106,8 +107,18 @@ struct LmRunSummary {
     std::string recipe;
     double final_loss = 0, tail_loss = 0, tail_rel_loss_gap = 0;
     double final_weight_rel_error = 0;  // every parameter together, last compare; NaN without compares
-    double growth_exponent = 0;
+    double growth_exponent = 0;  // weight_error_growth_exponent: every parameter, every compare
     std::int64_t first_nonfinite_step = -1;
+    // The headline (numerics.md, "Run summary metrics"): the relative loss gap's mean over the
+    // trailing window (tail_rel_loss_gap above is the ratio of tail means, kept for older
+    // readers); the weight error of the parameters of the linears this recipe quantizes, together,
+    // and of the rest (embedding, gains, mixer parameters, the edge linears); the growth exponent
+    // of the quantized parameters' error over the last window and its local exponents.
+    run_metrics::GapWindow loss_gap;
+    std::vector<int> quantized_params;  // lm_params indices
+    double quantized_weight_rel_error = 0, other_weight_rel_error = 0;  // NaN without compares
+    run_metrics::SlopeWindow quantized_growth;
+    std::vector<run_metrics::SlopeWindow> quantized_local_exponents;
   };
   std::vector<Run> runs;
 };

@@ -40,6 +40,7 @@
 #include "sim/mlp.hpp"
 #include "sim/mlp_precision.hpp"
 #include "model/recipe_gemm.hpp"
+#include "trace/run_metrics.hpp"
 #include "util/config.hpp"
 
 namespace fp4d {
@@ -95,10 +96,21 @@ struct MlpRunSummary {
   std::int64_t reference_first_nonfinite_step = -1;  // -1: the reference did not diverge
   struct Run {
     std::string recipe;
-    double final_loss = 0, final_rel_loss_gap = 0;
+    double final_loss = 0, final_rel_loss_gap = 0;  // the last record's (one noisy batch)
     double final_weight_rel_error = 0;  // the last layer's at the last compare; NaN without compares
-    double growth_exponent = 0;         // weight_error_growth_exponent
+    double growth_exponent = 0;         // weight_error_growth_exponent: last layer, every compare
     std::int64_t first_nonfinite_step = -1;
+    // The headline (numerics.md, "Run summary metrics"): the relative loss gap's mean over the
+    // trailing window; the weight error of the layers this recipe quantizes (those not kept in
+    // edge_recipe), each and together, and of the edge layers apart; the growth exponent of
+    // the quantized layers' error over the last window of the log-log curve and its local
+    // exponents over earlier windows.
+    run_metrics::GapWindow loss_gap;
+    std::vector<int> quantized_layers, edge_layers;
+    std::vector<double> quantized_layer_weight_rel_error, edge_layer_weight_rel_error;
+    double quantized_weight_rel_error = 0;  // NaN without compares
+    run_metrics::SlopeWindow quantized_growth;
+    std::vector<run_metrics::SlopeWindow> quantized_local_exponents;
   };
   std::vector<Run> runs;  // in the recipes' order
 };

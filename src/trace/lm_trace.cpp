@@ -6,10 +6,13 @@
 #include <stdexcept>
 
 #include "model/lm_spec.hpp"
+#include "model/recipe_gemm.hpp"
+#include "sim/mlp_precision.hpp"
 #include "trace/dims.hpp"
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
 #include "trace/run_rows.hpp"
+#include "trace/run_summary_attrs.hpp"
 
 namespace fp4d {
 
@@ -122,6 +125,7 @@ struct LmTrace::Impl {
   };
   std::vector<Run> runs;
   std::vector<std::string> recipes;
+  std::vector<std::vector<int>> quantized_params;
   std::int64_t steps = 0;
   bool reference_enabled = true;
   std::uint64_t records = 0, compares = 0;
@@ -132,6 +136,17 @@ struct LmTrace::Impl {
   // param or operand_slot; an opened one has them already.
   Impl(h5::File f, const LmRunSpec& spec, bool create)
       : file(std::move(f)), recipes(spec.recipes), steps(spec.steps), reference_enabled(spec.reference_enabled) {
+    // Per run, the parameters that are weights of the linears its recipe quantizes
+    // (RecipeGemm::recipe_name; a tied embedding is the head's weight, kept in edge_recipe).
+    const std::vector<LmParam> params = lm_params(spec.model);
+    const auto linears = static_cast<int>(lm_linears(spec.model).size());
+    for (const std::string& r : spec.recipes) {
+      const RecipeGemm gemm(RecipeGemmOptions{r, spec.edge_recipe, lm_run_high_precision_linears(spec), 0, {}}, linears);
+      std::vector<int> q;
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (params[i].linear >= 0 && gemm.recipe_name(params[i].linear) == r) q.push_back(static_cast<int>(i));
+      quantized_params.push_back(std::move(q));
+    }
     h5::Group root = file.root();
     const auto P = static_cast<std::uint64_t>(lm_params(spec.model).size());
     const auto L = static_cast<std::uint64_t>(lm_linears(spec.model).size());
@@ -318,6 +333,20 @@ LmRunSummary LmTrace::finish(const LmState<Ref>& ref, const std::vector<LmState<
   s.reference_first_nonfinite_step = t.reference_enabled ? first_nonfinite(ref_loss) : std::int64_t{-1};
   root.require_group("lm/reference").set_attr(lm_trace::kFirstNonfiniteStepAttr, s.reference_first_nonfinite_step);
   root.open_group("lm/reference").set_attr(lm_trace::kTailLossAttr, s.reference_tail_loss);
+  std::vector<double> ref_sq_norm;
+  for (const auto& p : ref.p) {
+    double n = 0;
+    for (const Ref& v : p) {
+      const double d = mlp_to_double(v);
+      n += d * d;
+    }
+    ref_sq_norm.push_back(n);
+  }
+  if (!t.compared_steps.empty()) root.open_group("lm/reference").set_attr("final_weight_sq_norm", ref_sq_norm);
+  lm.set_attr("gap_window_fraction", run_metrics::kGapWindowFraction);
+  lm.set_attr("gap_window_min_records", run_metrics::kGapWindowMinRecords);
+  lm.set_attr("growth_window_factor", run_metrics::kWindowFactor);
+  lm.set_attr("growth_confidence", run_metrics::kSlopeConfidence);
   for (std::size_t r = 0; r < t.runs.size(); ++r) {
     LmRunSummary::Run x;
     x.recipe = t.recipes[r];
@@ -329,7 +358,35 @@ LmRunSummary LmTrace::finish(const LmState<Ref>& ref, const std::vector<LmState<
     x.final_weight_rel_error = total.empty() ? std::nan("") : total.back();
     x.growth_exponent = growth_exponent(t.compared_steps, total);
     x.first_nonfinite_step = first_nonfinite(loss);
+    x.loss_gap = run_metrics::trailing_gap_mean(steps, t.rows.doubles_at(t.runs[r].gap).read<double>());
+    x.quantized_params = t.quantized_params[r];
+    // The quantized parameters' error, and the rest's, at each compare as one Frobenius ratio
+    // each, weighted by the reference's final norms: exact at the last compare (the last step).
+    const std::vector<double> e = t.rows.doubles_at(t.runs[r].weight_error).read<double>();
+    const std::size_t P = ref_sq_norm.size(), C = t.compared_steps.size();
+    std::vector<bool> quantized(P, false);
+    for (const int i : x.quantized_params) quantized[static_cast<std::size_t>(i)] = true;
+    std::vector<double> agg(C), other(C);
+    for (std::size_t c = 0; c < C; ++c) {
+      std::vector<double> qe, qn, oe, on;
+      for (std::size_t i = 0; i < P; ++i) {
+        (quantized[i] ? qe : oe).push_back(e[c * P + i]);
+        (quantized[i] ? qn : on).push_back(ref_sq_norm[i]);
+      }
+      agg[c] = run_metrics::aggregate_rel_error(qe, qn), other[c] = run_metrics::aggregate_rel_error(oe, on);
+    }
+    x.quantized_weight_rel_error = C ? agg.back() : std::nan("");
+    x.other_weight_rel_error = C ? other.back() : std::nan("");
+    x.quantized_growth = run_metrics::final_growth_window(t.compared_steps, agg);
+    x.quantized_local_exponents = run_metrics::local_exponents(t.compared_steps, agg);
     h5::Group g = root.open_group(run_group(t.recipes[r]));
+    g.set_attr(lm_trace::kLossGapMeanAttr, x.loss_gap.mean);
+    g.set_attr("gap_window_first_step", x.loss_gap.first_step);
+    g.set_attr("gap_window_last_step", x.loss_gap.last_step);
+    g.set_attr(lm_trace::kQuantizedParamsAttr, std::vector<std::int64_t>(x.quantized_params.begin(), x.quantized_params.end()));
+    g.set_attr(lm_trace::kQuantizedWeightRelErrorAttr, x.quantized_weight_rel_error);
+    g.set_attr("other_weight_rel_error", x.other_weight_rel_error);
+    write_run_growth_attributes(g, x.quantized_growth, x.quantized_local_exponents);
     g.set_attr(lm_trace::kTailLossAttr, x.tail_loss);
     g.set_attr(lm_trace::kTailRelLossGapAttr, x.tail_rel_loss_gap);
     g.set_attr(lm_trace::kGrowthExponentAttr, x.growth_exponent);

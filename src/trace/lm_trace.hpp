@@ -33,6 +33,10 @@ inline constexpr const char* kGrowthExponentAttr = "weight_error_growth_exponent
 inline constexpr const char* kFirstNonfiniteStepAttr = "first_nonfinite_step";
 inline constexpr const char* kTailLossAttr = "tail_loss";
 inline constexpr const char* kTailRelLossGapAttr = "tail_rel_loss_gap";
+// The run summary's headline (docs/trace-format.md, "Run summary attributes").
+inline constexpr const char* kLossGapMeanAttr = "rel_loss_gap_window_mean";
+inline constexpr const char* kQuantizedParamsAttr = "quantized_params";
+inline constexpr const char* kQuantizedWeightRelErrorAttr = "quantized_weight_rel_error";
 }  // namespace lm_trace
 
 // What /lm's attributes say beyond the spec: the data's loss floor and unigram entropy.

@@ -12,6 +12,7 @@
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
 #include "trace/run_rows.hpp"
+#include "trace/run_summary_attrs.hpp"
 
 namespace fp4d {
 
@@ -60,6 +61,9 @@ struct MlpTrace::Impl {
   std::vector<Run> runs;
   std::optional<Id> check_weight, check_loss;  // with check_precision: [C, L], [C]
   std::vector<std::string> recipes;
+  // Per run, the layers its recipe quantizes and those it keeps in edge_recipe
+  // (RecipeGemm::recipe_name: fp32 and bf16 runs have no edge layers).
+  std::vector<std::vector<int>> quantized_layers, edge_layers;
   std::int64_t steps = 0;
   bool reference_enabled = true;
   std::uint64_t records = 0, compares = 0;   // rows staged so far
@@ -72,6 +76,12 @@ struct MlpTrace::Impl {
                                                           reference_enabled(spec.reference_enabled) {
     h5::Group root = file.root();
     const auto L = static_cast<std::uint64_t>(spec.model.widths.size() - 1);
+    for (const std::string& r : spec.recipes) {
+      const RecipeGemm gemm(RecipeGemmOptions{r, spec.edge_recipe, spec.high_precision_layers, 0, {}}, static_cast<int>(L));
+      std::vector<int> q, e;
+      for (int l = 0; l < static_cast<int>(L); ++l) (gemm.recipe_name(l) == r ? q : e).push_back(l);
+      quantized_layers.push_back(std::move(q)), edge_layers.push_back(std::move(e));
+    }
     using C = RunRows::Counts;
     // The loss's unit: cross-entropy in nats, or half a mean square of the (dimensionless)
     // teacher outputs.
@@ -226,7 +236,7 @@ void MlpTrace::sync() { impl_->file.sync(); }
 void MlpTrace::flush() { impl_->file.flush(); }
 void MlpTrace::close() { impl_->file.close(); }
 
-MlpRunSummary MlpTrace::write_final_attributes() {
+MlpRunSummary MlpTrace::write_final_attributes(const std::vector<double>& ref_sq_norm) {
   Impl& t = *impl_;
   t.swmr.end(t.file, t.rows);
   h5::Group root = t.file.root();
@@ -238,12 +248,21 @@ MlpRunSummary MlpTrace::write_final_attributes() {
       if (!std::isfinite(loss[i])) return steps[i];
     return std::int64_t{-1};
   };
+  const auto int64s = [](const std::vector<int>& v) { return std::vector<std::int64_t>(v.begin(), v.end()); };
   const std::size_t L = t.runs.empty() ? 0 : t.rows.doubles_at(t.runs.front().weight_error).row_elements();
+  const std::size_t C = t.compared_steps.size();
+  h5::Group m = root.open_group(mlp_trace::kGroup);
+  m.set_attr("gap_window_fraction", run_metrics::kGapWindowFraction);
+  m.set_attr("gap_window_min_records", run_metrics::kGapWindowMinRecords);
+  m.set_attr("growth_window_factor", run_metrics::kWindowFactor);
+  m.set_attr("growth_confidence", run_metrics::kSlopeConfidence);
+  if (C) root.open_group("mlp/reference").set_attr("final_weight_sq_norm", ref_sq_norm);
   for (std::size_t r = 0; r < t.runs.size(); ++r) {
     const std::vector<double> e = t.rows.doubles_at(t.runs[r].weight_error).read<double>();
-    // Growth exponent of the accumulated weight error, last layer, over the whole run.
-    std::vector<double> last(t.compared_steps.size());
-    for (std::size_t i = 0; i < t.compared_steps.size(); ++i) last[i] = e[i * L + (L - 1)];
+    // Growth exponent of the accumulated weight error, last layer, over the whole run (kept
+    // for the readers of weight_error_growth_exponent; the headline is the quantized layers').
+    std::vector<double> last(C);
+    for (std::size_t i = 0; i < C; ++i) last[i] = e[i * L + (L - 1)];
     MlpRunSummary::Run x;
     x.recipe = t.recipes[r];
     const std::vector<double> loss = t.rows.doubles_at(t.runs[r].loss).read<double>(), gap = t.rows.doubles_at(t.runs[r].gap).read<double>();
@@ -252,9 +271,36 @@ MlpRunSummary MlpTrace::write_final_attributes() {
     x.final_weight_rel_error = e.empty() ? std::nan("") : e.back();  // no compares without a reference
     x.growth_exponent = growth_exponent(t.compared_steps, last);
     x.first_nonfinite_step = first_nonfinite(loss);
+    x.loss_gap = run_metrics::trailing_gap_mean(steps, gap);
+    x.quantized_layers = t.quantized_layers[r], x.edge_layers = t.edge_layers[r];
+    // The quantized layers' error at each compare as one Frobenius ratio, weighted by the
+    // reference's final norms: exact at the last compare (the last step), and at earlier
+    // compares as far as the reference's layer norms stay near their final ones.
+    std::vector<double> agg(C, std::nan(""));
+    std::vector<double> qn;
+    for (const int l : x.quantized_layers) qn.push_back(ref_sq_norm.at(static_cast<std::size_t>(l)));
+    for (std::size_t i = 0; i < C; ++i) {
+      std::vector<double> q;
+      for (const int l : x.quantized_layers) q.push_back(e[i * L + static_cast<std::size_t>(l)]);
+      agg[i] = run_metrics::aggregate_rel_error(q, qn);
+    }
+    if (C) {
+      for (const int l : x.quantized_layers) x.quantized_layer_weight_rel_error.push_back(e[(C - 1) * L + static_cast<std::size_t>(l)]);
+      for (const int l : x.edge_layers) x.edge_layer_weight_rel_error.push_back(e[(C - 1) * L + static_cast<std::size_t>(l)]);
+    }
+    x.quantized_weight_rel_error = C ? agg.back() : std::nan("");
+    x.quantized_growth = run_metrics::final_growth_window(t.compared_steps, agg);
+    x.quantized_local_exponents = run_metrics::local_exponents(t.compared_steps, agg);
     h5::Group g = root.open_group(run_group(t.recipes[r]));
     g.set_attr(mlp_trace::kGrowthExponentAttr, x.growth_exponent);
     g.set_attr(mlp_trace::kFirstNonfiniteStepAttr, x.first_nonfinite_step);
+    g.set_attr(mlp_trace::kLossGapMeanAttr, x.loss_gap.mean);
+    g.set_attr("gap_window_first_step", x.loss_gap.first_step);
+    g.set_attr("gap_window_last_step", x.loss_gap.last_step);
+    g.set_attr(mlp_trace::kQuantizedLayersAttr, int64s(x.quantized_layers));
+    g.set_attr("edge_layers", int64s(x.edge_layers));
+    g.set_attr(mlp_trace::kQuantizedWeightRelErrorAttr, x.quantized_weight_rel_error);
+    write_run_growth_attributes(g, x.quantized_growth, x.quantized_local_exponents);
     s.runs.push_back(std::move(x));
   }
   const std::vector<double> ref_loss = t.rows.doubles_at(t.ref_loss).read<double>();
@@ -266,7 +312,16 @@ MlpRunSummary MlpTrace::write_final_attributes() {
 
 template <class Ref>
 MlpRunSummary MlpTrace::finish(const MlpState<Ref>& ref, const std::vector<MlpState<float>>& runs) {
-  const MlpRunSummary s = write_final_attributes();
+  std::vector<double> ref_sq_norm;
+  for (const auto& w : ref.w) {
+    double n = 0;
+    for (const Ref& v : w) {
+      const double d = mlp_to_double(v);
+      n += d * d;
+    }
+    ref_sq_norm.push_back(n);
+  }
+  const MlpRunSummary s = write_final_attributes(ref_sq_norm);
   h5::Group root = impl_->file.root();
   // The final states stay in the trace, in the checkpoint's layout.
   h5::Group ck = root.require_group("mlp/checkpoint");

@@ -39,6 +39,10 @@ inline constexpr const char* kRelLossGap = "rel_loss_gap";
 inline constexpr const char* kWeightRelError = "weight_rel_error";
 inline constexpr const char* kGrowthExponentAttr = "weight_error_growth_exponent";
 inline constexpr const char* kFirstNonfiniteStepAttr = "first_nonfinite_step";
+// The run summary's headline (docs/trace-format.md, "Run summary attributes").
+inline constexpr const char* kLossGapMeanAttr = "rel_loss_gap_window_mean";
+inline constexpr const char* kQuantizedLayersAttr = "quantized_layers";
+inline constexpr const char* kQuantizedWeightRelErrorAttr = "quantized_weight_rel_error";
 }  // namespace mlp_trace
 
 // One recorded step: the losses of the batch of that step, before its update.
@@ -119,8 +123,10 @@ class MlpTrace {
   void flush();  // handed to the OS
   void close();
 
-  // The end of a complete run, with every row committed: per run the growth exponent of the
-  // last layer's weight error and the first non-finite loss, the reference's first
+  // The end of a complete run, with every row committed: per run the headline metrics (the
+  // loss gap's window mean, the quantized layers' weight error and its growth exponents), the
+  // growth exponent of the last layer's weight error over every compare and the first
+  // non-finite loss, the reference's first
   // non-finite loss, the final states (/mlp/checkpoint, at `steps` with the row counts), status
   // complete; synced and closed. Returns what the trace now says, for the run's summary.
   template <class Ref>
@@ -129,7 +135,8 @@ class MlpTrace {
  private:
   struct Impl;
   explicit MlpTrace(std::unique_ptr<Impl> impl);
-  MlpRunSummary write_final_attributes();
+  // ref_sq_norm: per layer ||W_ref||_F^2 at the end (the last compare is the last step).
+  MlpRunSummary write_final_attributes(const std::vector<double>& ref_sq_norm);
   std::unique_ptr<Impl> impl_;
 };
 
