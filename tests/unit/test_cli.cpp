@@ -1292,3 +1292,45 @@ TEST_CASE("gemm: per-row and per-column errors, X's outlier channels on K (fprop
   REQUIRE(plain.status == 0);
   CHECK_FALSE(nlohmann::ordered_json::parse(plain.out)["recipes"][0].contains("outlier_split"));
 }
+
+// The run summary's headline (numerics.md 8g): the loss gap over a stated trailing window, the
+// weight error of the layers the recipe quantizes (the edge layers apart), the growth exponent
+// over the last factor 2 of steps; the table states both windows.
+TEST_CASE("run mlp: the headline reports the quantized layers and states its windows") {
+  TempDir d;
+  const std::string cfg = write_text(d, "h.toml", kTinyMlp);
+  const Result m = run("run " + cfg + " --out " + d.file("h.h5") + " --json");
+  INFO(m.err);
+  REQUIRE(m.status == 0);
+  const nlohmann::ordered_json r = nlohmann::ordered_json::parse(m.out);
+  REQUIRE(r["runs"].size() == 2);
+  for (const auto& x : r["runs"]) {
+    // 30 records: a tenth is 3, the floor of 20 records wins (steps 10..29)
+    CHECK(x["rel_loss_gap_window"]["first_step"] == 10);
+    CHECK(x["rel_loss_gap_window"]["last_step"] == 29);
+    CHECK(x["rel_loss_gap_window"]["records"] == 20);
+    CHECK(x["rel_loss_gap"].is_number_float());
+    // compares 5, 10, ..., 30: the last window (15, 30] holds 20, 25, 30
+    CHECK(x["quantized_growth"]["first_step"] == 20);
+    CHECK(x["quantized_growth"]["last_step"] == 30);
+    CHECK(x["quantized_growth"]["points"] == 3);
+  }
+  const auto& fp32 = r["runs"][0];
+  const auto& nv = r["runs"][1];
+  CHECK(fp32["quantized_layers"] == std::vector<int>{0, 1});  // fp32 keeps no edge layers
+  CHECK(fp32["edge_layers"].empty());
+  CHECK(nv["quantized_layers"] == std::vector<int>{1});
+  CHECK(nv["edge_layers"] == std::vector<int>{0});
+  // one quantized layer: the aggregate is that layer's error
+  const double agg = nv["quantized_weight_rel_error"].get<double>(), one = nv["quantized_layer_weight_rel_error"][0].get<double>();
+  CHECK(std::abs(agg - one) <= 1e-15 * one);
+  CHECK(nv["edge_layer_weight_rel_error"].size() == 1);
+  CHECK(nv["quantized_weight_rel_error"].get<double>() > 100 * fp32["quantized_weight_rel_error"].get<double>());
+
+  const Result t = run("run " + cfg + " --out " + d.file("t.h5"));
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("mean of (L - L_ref) / L_ref over steps 10-29") != std::string::npos);
+  CHECK(t.out.find("over the compares of steps 20-30, 95% t interval") != std::string::npos);
+  CHECK(t.out.find("quantized 1 ") != std::string::npos);
+  CHECK(t.out.find("edge 0 ") != std::string::npos);
+}
