@@ -6,12 +6,14 @@ with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin
   plot-run T.h5 [T.h5 ...] --out F.png  a run trace (mlp, lm: 4 panels; sum/dot: overlaid)
   plot-lm T.h5 --out F.png              an lm trace: losses with floor and unigram loss, loss gap,
                                         whole-model weight error, operand NMSE per linear kind
-  plot-growth T.h5 ... --out F.png      weight error vs step, log-log, fitted exponents with CI
+  plot-growth T.h5 ... --out F.png      weight error vs step, log-log, fit over the last window with
+                                        CI, and the local exponents over windows below
   plot-heatmap T.h5 --out F.png         per-layer (lm: per-parameter) weight error per recipe
   plot-stats T.h5 --out F.png           quantization-statistic histories of the GEMM operands
   compare T.h5 T.h5 ... --out F.png     overlay traces (RN vs SR, RHT on/off, ...)
-  ablation T.h5 ... --out F.png         bars: final loss gap and weight error per recipe
-  fit T.h5 ...                          growth-exponent fits (OLS and HAC CIs) as a table
+  ablation T.h5 ... --out F.png         bars: loss gap (window mean) and weight error per recipe
+  fit T.h5 ... [--window LO:HI]         growth-exponent fits over a stated window (OLS and HAC CIs)
+                                        and the local exponents, as a table
 fit, compare, plot-growth and ablation also take a sweep index (OUT/sweep.h5) for the traces of its
 complete runs, labelled by their overrides; --where KEY=VALUE (repeatable) selects runs.
 A run still being written (or stopped, failed or killed) is refused unless --allow-incomplete, which
@@ -20,8 +22,8 @@ is then read as far as it goes (in SWMR mode while its run writes it), and the t
 up to which step; a sweep index given to them is then also read while its sweep runs (its complete
 runs, as sweep-stats --allow-incomplete).
 The training plots (plot-growth, plot-heatmap, plot-stats, compare, ablation, fit) read mlp and
-lm traces but never both at once: an mlp's weight error is its last layer's, an lm's the whole
-model's (or --param NAME's), and their losses are different quantities.
+lm traces but never both at once: their weight errors (the layers a recipe quantizes, together;
+an lm's quantized linears' weights) and losses are different quantities.
   sweep-stats SWEEP.h5 --group-by K[,K]  a sweep's metric per group and recipe: mean over seeds with
                                         t interval; --baseline R: paired gaps, t and sign tests
   bias T.h5 ...                         SR bias test across seeds of sum/dot traces
@@ -41,27 +43,59 @@ from .stats import fit_growth, sr_bias_test
 from .traces import LmRun, MlpRun, SchemaError, SumDotRun, load_run
 
 
+def _parse_window(text: str | None) -> tuple[float, float] | None:
+    """--window LO:HI, the steps lo < step <= hi of a fit."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--window must be LO:HI (steps, lo < step <= hi), got {text!r}") from None
+    if not 0 <= lo < hi:
+        raise ValueError(f"--window must satisfy 0 <= LO < HI, got {text!r}")
+    return lo, hi
+
+
 def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None,
-               allow_incomplete: bool = False) -> None:
+               allow_incomplete: bool = False, window: tuple[float, float] | None = None) -> None:
+    from .plots import headline_weight_error
+    from .stats import GROWTH_WINDOW_FACTOR, local_exponents
     names = {p: (labels or {}).get(p, Path(p).name) for p in paths}
     width = max(40, *(len(n) + 14 for n in names.values()))
     head = "run:recipe" if labels else "trace:recipe"
-    print(f"{head:<{width}} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
+    print(f"{head:<{width}} {'window':>11} {'points':>6} {'exponent':>9}  {'OLS CI':>17}  {'HAC CI':>17}  lag")
     loaded = [load_run(p, allow_incomplete) for p in paths]
+    whats, locals_ = [], []
     for p, r in zip(paths, loaded):
         if not isinstance(r, (MlpRun, LmRun)):
             raise SchemaError(f"{p}: fit needs an mlp or lm trace")
         for run in r.runs:
-            # the series fp4drift fits for weight_error_growth_exponent: the mlp's last layer,
-            # the lm's every parameter as one vector
-            e = run.weight_rel_error_total if isinstance(r, LmRun) else run.weight_rel_error[:, -1]
-            ols = fit_growth(r.compare_step, e, confidence, "ols")
-            hac = fit_growth(r.compare_step, e, confidence, "hac")
-            print(f"{names[p] + ':' + run.name:<{width}} {ols.points:>6} {ols.exponent:>9.3f}  "
+            # the headline series: the layers the recipe quantizes, together (numerics.md,
+            # "Run summary metrics"), fitted over the stated window - by default the last factor
+            # of GROWTH_WINDOW_FACTOR in steps, as fp4drift's summary
+            e, what = headline_weight_error(r, run)
+            whats.append(what)
+            s = r.compare_step.astype(float)
+            w = window or ((float(s[-1]) / GROWTH_WINDOW_FACTOR, float(s[-1])) if len(s) else (0.0, 1.0))
+            try:
+                ols = fit_growth(s, e, confidence, "ols", window=w)
+                hac = fit_growth(s, e, confidence, "hac", window=w)
+            except ValueError as err:   # one short run does not hide the others' fits
+                print(f"{names[p] + ':' + run.name:<{width}} {f'{w[0]:g}<s<={w[1]:g}':>11}  no fit: {err}")
+                locals_.append((names[p] + ":" + run.name, []))
+                continue
+            span = f"{ols.first_step:.0f}-{ols.last_step:.0f}"
+            print(f"{names[p] + ':' + run.name:<{width}} {span:>11} {ols.points:>6} {ols.exponent:>9.3f}  "
                   f"[{ols.ci_low:6.3f}, {ols.ci_high:6.3f}]  [{hac.ci_low:6.3f}, {hac.ci_high:6.3f}]  {hac.lag:>3}")
+            locals_.append((names[p] + ":" + run.name, local_exponents(s, e, confidence=confidence)))
+    print(f"local exponents (slopes over windows of a factor {GROWTH_WINDOW_FACTOR:g} in steps, "
+          f"{100 * confidence:g}% OLS t CI):")
+    for name, ws in locals_:
+        print(f"  {name}: " + ("; ".join(w.label() for w in ws) if ws else "too few compares"))
     for p, r in zip(paths, loaded):
         if r.incomplete:
             print(f"{names[p]}: {r.incomplete}")
+    print(f"series: {'; '.join(dict.fromkeys(whats))}")
     print(f"({100 * confidence:g}% intervals; OLS assumes independent residuals and is optimistic along one "
           "trajectory; HAC = Newey-West; docs/analysis.md)")
 
@@ -111,7 +145,7 @@ def default_out(command: str, trace: str) -> Path:
 
 def _at_least_one(text: str) -> int:
     """argparse type of a window length: 0 drew NaN curves (--smooth) or, as a slice [-0:],
-    averaged the whole run instead of its end (--window); negative ones were as wrong."""
+    averaged the whole run instead of its end; negative ones were as wrong."""
     try:
         n = int(text)
     except ValueError:
@@ -119,6 +153,17 @@ def _at_least_one(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return n
+
+
+def _fraction(text: str) -> float:
+    """argparse type of --gap-fraction: a share of the records in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return v
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--smooth", type=_at_least_one, default=20, help="trailing mean over this many steps")
     g = cmd("plot-growth", "weight error vs step (log-log) with fitted growth exponents and CIs", many=True)
     g.add_argument("--recipes", help="comma list (default: all)")
-    g.add_argument("--layer", type=int, default=-1, help="mlp: layer index (default: the last)")
-    g.add_argument("--param", help="lm: one parameter of param_names, e.g. head (default: the whole model)")
+    g.add_argument("--layer", type=int, help="mlp: one layer (-1: the last; default: the quantized layers together)")
+    g.add_argument("--param", help="lm: one parameter of param_names, e.g. head, or all for the whole model "
+                   "(default: the quantized linears' weights together)")
     g.add_argument("--method", choices=("ols", "hac"), default="ols", help="CI of the exponent")
     h = cmd("plot-heatmap", "per-layer heat map of the weight error (or --quantity) per recipe")
     h.add_argument("--quantity", default="weight_rel_error",
@@ -157,11 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--recipes", help="comma list (default: all)")
     c.add_argument("--where", action="append", help=WHERE)
     a = cmd("ablation", "bars of the final loss gap and weight error per (trace, recipe)", many=True)
-    a.add_argument("--window", type=_at_least_one, default=50, help="steps averaged for the final loss gap")
+    a.add_argument("--gap-fraction", type=_fraction, default=None,
+                   help="loss gap: the trailing fraction of the records averaged (default 0.1, as fp4drift's summary)")
+    a.add_argument("--gap-min-records", type=_at_least_one, default=None,
+                   help="loss gap: at least this many records averaged (default 20)")
     a.add_argument("--where", action="append", help=WHERE)
     f = sub.add_parser("fit", help="growth-exponent fits with confidence intervals")
     f.add_argument("traces", nargs="+")
     f.add_argument("--confidence", type=float, default=0.95)
+    f.add_argument("--window", help="fit over the compares with LO < step <= HI (LO:HI; default: the last factor "
+                   "2 in steps, as fp4drift's summary)")
     f.add_argument("--where", action="append", help=WHERE)
     for s in (r, lm, g, h, st, c, a, f):
         s.add_argument("--allow-incomplete", action="store_true", help=INCOMPLETE)
@@ -201,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             from .sweep import expand_traces
             a.traces, labels = expand_traces(a.traces, a.where, a.allow_incomplete)
         if a.command == "fit":
-            _fit_table(a.traces, a.confidence, labels, a.allow_incomplete)
+            _fit_table(a.traces, a.confidence, labels, a.allow_incomplete, _parse_window(a.window))
             return 0
         if a.command == "sweep-stats":
             _sweep_stats(a)
@@ -225,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "compare":
             plots.plot_compare(a.traces, a.out, recipes, labels=labels, allow_incomplete=a.allow_incomplete)
         elif a.command == "ablation":
-            plots.plot_ablation(a.traces, a.out, a.window, labels, a.allow_incomplete)
+            plots.plot_ablation(a.traces, a.out, a.gap_fraction, a.gap_min_records, labels, a.allow_incomplete)
         print(f"wrote {a.out}")
     except (OSError, SchemaError, KeyError, ValueError, BoundsError) as e:
         print(f"fp4drift_analysis: error: {e}", file=sys.stderr)

@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
-from .stats import fit_growth  # noqa: E402
+from .stats import (GROWTH_WINDOW_FACTOR, aggregate_rel_error, fit_growth, local_exponents,  # noqa: E402
+                    window_mean_gap)
 from .traces import (OPERAND_ROLES, LmRun, MlpRun, SchemaError, SumDotRun, load_gemm,  # noqa: E402
                      load_quantize, load_run)
 
@@ -80,22 +81,61 @@ def _linears(r: MlpRun | LmRun) -> int:
     return len(r.linear_names) if isinstance(r, LmRun) else r.layers
 
 
-def _weight_error(t: MlpRun | LmRun, run, layer: int = -1, param: str | None = None) -> tuple[np.ndarray, str]:
-    """The weight error plotted for a run, and what it is: an mlp's layer (the last by default);
-    an lm's whole model (weight_rel_error_total) or one named parameter. The mlp's last layer and
-    the lm's whole model answer different questions, which is why traces of the two workloads
-    are not overlaid."""
+def _ref_sq_norm(t: MlpRun | LmRun) -> np.ndarray | None:
+    """The reference's final ||W_l||_F^2 per layer (lm: per parameter), written when the run
+    completed; None for a trace without it (older, or still running)."""
+    if t.incomplete:
+        return None
+    import h5py
+    group = "lm/reference" if isinstance(t, LmRun) else "mlp/reference"
+    try:
+        with h5py.File(t.path, "r") as f:
+            if group in f and "final_weight_sq_norm" in f[group].attrs:
+                return np.asarray(f[group].attrs["final_weight_sq_norm"], dtype=float)
+    except OSError:
+        return None
+    return None
+
+
+def headline_weight_error(t: MlpRun | LmRun, run) -> tuple[np.ndarray, str]:
+    """A run's headline weight error at each compare, and what it is: the layers its recipe
+    quantizes (an lm: the weights of the linears it quantizes) as one Frobenius ratio, weighted
+    by the reference's final norms, as fp4drift's summary computes quantized_weight_rel_error
+    (exact at the last compare). A trace without those attributes (written before them, or still
+    running) gives the mlp's last layer or the lm's whole model instead, and the label says so."""
+    key = "quantized_params" if isinstance(t, LmRun) else "quantized_layers"
+    norms = _ref_sq_norm(t)
+    if key not in run.attrs or norms is None:
+        if isinstance(t, LmRun):
+            return run.weight_rel_error_total, "whole model (trace without quantized_params)"
+        return run.weight_rel_error[:, -1], "last layer (trace without quantized_layers)"
+    q = np.atleast_1d(np.asarray(run.attrs[key])).astype(int)
+    if q.size == 0:
+        return np.full(len(t.compare_step), np.nan), "no quantized layers"
+    what = "quantized linears' weights" if isinstance(t, LmRun) else f"quantized layers {','.join(map(str, q))}"
+    return aggregate_rel_error(run.weight_rel_error[:, q], norms[q]), what
+
+
+def _weight_error(t: MlpRun | LmRun, run, layer: int | None = None, param: str | None = None) -> tuple[np.ndarray, str]:
+    """The weight error plotted for a run, and what it is: the headline (headline_weight_error)
+    unless an mlp `layer` or an lm `param` (a parameter name, or `all` for the whole model) is
+    named. Traces of the two workloads are not overlaid: their weight errors are different
+    quantities."""
     if isinstance(t, LmRun):
-        if layer != -1:
+        if layer is not None:
             raise ValueError(f"{t.path}: an lm trace has parameters, not layers: name one with --param "
                              f"({', '.join(t.param_names)})")
         if param is None:
+            return headline_weight_error(t, run)
+        if param == "all":
             return run.weight_rel_error_total, "whole model"
         if param not in t.param_names:
             raise ValueError(f"{t.path}: no parameter {param!r} (parameters: {', '.join(t.param_names)})")
         return run.weight_rel_error[:, t.param_names.index(param)], param
     if param is not None:
         raise ValueError(f"{t.path}: --param names an lm parameter; an mlp trace's layers are chosen with --layer")
+    if layer is None:
+        return headline_weight_error(t, run)
     return run.weight_rel_error[:, layer], "last layer" if layer == -1 else f"layer {layer}"
 
 
@@ -113,18 +153,50 @@ def running_mean(x: np.ndarray, window: int) -> np.ndarray:
 
 
 def _growth_line(ax, steps, err, color, label, method="ols"):
-    """err vs step on log-log axes with the fitted power law dashed; the fit in the legend."""
+    """err vs step on log-log axes with the power law fitted over the last window (the last
+    factor of GROWTH_WINDOW_FACTOR in steps) dashed over that window; the fit, with its window,
+    in the legend. One power law through the whole curve would average exponents that change
+    along it (local_exponents)."""
     ok = (err > 0) & (steps > 0) & np.isfinite(err)
-    try:
-        fit = fit_growth(steps, err, method=method)
-        text = f"{label}: {fit.label()}"
-    except ValueError:
-        fit, text = None, f"{label}: no fit (< 3 positive points)"
+    fit = None
+    if ok.any():
+        hi = float(steps[-1])
+        try:
+            fit = fit_growth(steps, err, method=method, window=(hi / GROWTH_WINDOW_FACTOR, hi))
+        except ValueError:
+            fit = None
+    text = f"{label}: {fit.label()}" if fit else f"{label}: no fit (< 3 positive points in the last window)"
     ax.loglog(steps[ok], err[ok], color=color, lw=1, label=text)
     if fit is not None:
-        s = steps[ok]
-        ax.loglog(s, fit.prefactor * s ** fit.exponent, color=color, ls="--", lw=0.8)
+        s = np.array([fit.first_step, fit.last_step])
+        ax.loglog(s, fit.prefactor * s ** fit.exponent, color=color, ls="--", lw=1.2)
     return fit
+
+
+def _local_exponent_points(ax, steps, err, color, label) -> None:
+    """The local exponents (slopes over windows of a factor GROWTH_WINDOW_FACTOR) as points at
+    each window's geometric centre, the window as a horizontal bar, the 95% t interval vertical."""
+    ws = local_exponents(steps, err)
+    if not ws:
+        return
+    lo = np.array([w.first_step for w in ws], dtype=float)
+    hi = np.array([w.last_step for w in ws], dtype=float)
+    x = np.sqrt(lo * hi)
+    y = np.array([w.exponent for w in ws])
+    ax.errorbar(x, y, xerr=[x - lo, hi - x], yerr=[y - [w.ci_low for w in ws], [w.ci_high for w in ws] - y],
+                color=color, fmt="o", ms=3, lw=0.8, capsize=2, label=label)
+    ax.set_xscale("log")
+
+
+def _gap_lines(ax, r, run, color, smooth: int) -> None:
+    """A run's per-step relative loss gap (faint), a trailing mean of `smooth` steps to read the
+    curve by, and the run's loss gap - the mean over the trailing window, as fp4drift's summary
+    defines it - as a horizontal segment over that window, its value in the legend."""
+    gw = window_mean_gap(r.step, run.rel_loss_gap)
+    ax.plot(r.step, 100 * run.rel_loss_gap, color=color, lw=0.4, alpha=0.3)
+    ax.plot(r.step, 100 * running_mean(run.rel_loss_gap, smooth), color=color, lw=0.9)
+    ax.hlines(100 * gw.mean, gw.first_step, gw.last_step, color=color, lw=2.5,
+              label=f"{run.name}: {gw.label()} = {100 * gw.mean:+.3g}%")
 
 
 def plot_quantize(path: str, out: str) -> None:
@@ -167,10 +239,9 @@ def plot_mlp(path, out: str, smooth: int = 20, allow_incomplete: bool = False) -
     for i, run in enumerate(r.runs):
         c = f"C{i}"
         a0.semilogy(r.step, run.loss, color=c, lw=0.8, label=run.name)
-        a1.plot(r.step, 100 * run.rel_loss_gap, color=c, lw=0.4, alpha=0.4)
-        a1.plot(r.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1.2,
-                label=f"{run.name} (mean of {smooth} steps)")
-        _growth_line(a2, r.compare_step.astype(float), run.weight_rel_error[:, -1], c, run.name)
+        _gap_lines(a1, r, run, c, smooth)
+        err, which = headline_weight_error(r, run)
+        _growth_line(a2, r.compare_step.astype(float), err, c, f"{run.name} ({which})")
         nmse = np.where(run.operand_nmse > 0, run.operand_nmse, np.nan)
         with np.errstate(all="ignore"):
             import warnings
@@ -178,9 +249,11 @@ def plot_mlp(path, out: str, smooth: int = 20, allow_incomplete: bool = False) -
                 warnings.simplefilter("ignore", RuntimeWarning)   # all-NaN rows: nothing quantized
                 a3.semilogy(r.step, np.nanmean(nmse, axis=1), color=c, lw=0.8, label=run.name)
     a0.set(xlabel="step", ylabel=_loss_label(r), title="loss")
-    a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]", title="relative loss gap")
+    a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]",
+           title=f"relative loss gap (faint: per step; thin: mean of {smooth} steps; bar: the window mean)")
     a1.axhline(0, color="k", lw=0.5)
-    a2.set(xlabel="step", ylabel="||W - W_ref||_F / ||W_ref||_F", title="last-layer weight error vs reference (fit dashed)")
+    a2.set(xlabel="step", ylabel="||W - W_ref||_F / ||W_ref||_F",
+           title="weight error of the quantized layers vs reference (fit over the last window dashed)")
     a3.set(xlabel="step", ylabel="mean NMSE over quantized GEMM operands", title="operand quantization error")
     for a in axes.flat:
         a.grid(True, which="both", alpha=0.3)
@@ -225,10 +298,9 @@ def plot_lm(path, out: str, smooth: int = 20, allow_incomplete: bool = False) ->
         c = f"C{i}"
         a0.plot(r.step, run.loss, color=c, lw=0.4, alpha=0.3)
         a0.plot(r.step, running_mean(run.loss, smooth), color=c, lw=1.1, label=run.name)
-        a1.plot(r.step, 100 * run.rel_loss_gap, color=c, lw=0.4, alpha=0.3)
-        a1.plot(r.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1.2,
-                label=f"{run.name} (tail gap {100 * run.tail_rel_loss_gap:+.3g}%)")
-        _growth_line(a2, r.compare_step.astype(float), run.weight_rel_error_total, c, run.name)
+        _gap_lines(a1, r, run, c, smooth)
+        err, which = headline_weight_error(r, run)
+        _growth_line(a2, r.compare_step.astype(float), err, c, f"{run.name} ({which})")
     if np.isfinite(r.loss_floor_nats):
         a0.axhline(r.loss_floor_nats, color="tab:green", lw=0.9, ls=":",
                    label=f"loss floor of the source {r.loss_floor_nats:.3f}")
@@ -238,9 +310,10 @@ def plot_lm(path, out: str, smooth: int = 20, allow_incomplete: bool = False) ->
     a0.set(xlabel="step", ylabel="next-token cross-entropy [nats]",
            title=f"loss (faint: per batch; solid: mean of {smooth} steps)")
     a1.axhline(0, color="k", lw=0.5)
-    a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]", title="relative loss gap")
-    a2.set(xlabel="step", ylabel="||p - p_ref|| / ||p_ref||  (every parameter)",
-           title="whole-model weight error vs reference (fit dashed)")
+    a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]",
+           title=f"relative loss gap (faint: per step; thin: mean of {smooth} steps; bar: the window mean)")
+    a2.set(xlabel="step", ylabel="||p - p_ref|| / ||p_ref||",
+           title="weight error of the quantized linears vs reference (fit over the last window dashed)")
     if switch is not None:
         for a in (a0, a1, a2):
             if a is not a2 or switch > 0:   # step 0 has no place on a log axis
@@ -363,27 +436,39 @@ def _run_pairs(paths: list[str], recipes: list[str] | None, labels: dict[str, st
     return pairs
 
 
-def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, layer: int = -1,
+def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, layer: int | None = None,
                 method: str = "ols", param: str | None = None, labels: dict[str, str] | None = None,
                 allow_incomplete: bool = False) -> None:
     """Weight error against the reference vs step on log-log axes, one line per (trace, recipe),
-    each with its fitted power law (dashed) and exponent with 95% CI in the legend. mlp traces:
-    the `layer` (the last by default); lm traces: the whole model, or the parameter `param`."""
+    with the power law fitted over the last window (dashed; exponent, CI and window in the
+    legend), and below it the local exponents over windows of a factor GROWTH_WINDOW_FACTOR in
+    steps with their 95% t intervals: where the curve bends, the exponent moves. The series is
+    the headline (the quantized layers together) unless `layer` (mlp) or `param` (lm; `all`: the
+    whole model) names another."""
     _check_out(out)
     pairs = _run_pairs(paths, recipes, labels, allow_incomplete)
     for label, t, run in pairs:   # an index past the layers was an IndexError traceback
-        if isinstance(t, MlpRun) and not -t.layers <= layer < t.layers:
+        if isinstance(t, MlpRun) and layer is not None and not -t.layers <= layer < t.layers:
             raise ValueError(f"{label}: layer {layer} does not exist ({t.layers} layers: 0..{t.layers - 1}, "
                              "or -1 for the last)")
     series = [_weight_error(t, run, layer, param) for _, t, run in pairs]   # refuses before drawing
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(8, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     for i, ((label, t, run), (err, _)) in enumerate(zip(pairs, series)):
-        _growth_line(ax, t.compare_step.astype(float), err, f"C{i % 10}", label, method)
+        steps = t.compare_step.astype(float)
+        _growth_line(ax, steps, err, f"C{i % 10}", label, method)
+        _local_exponent_points(bx, steps, err, f"C{i % 10}", label)
     which = series[0][1]
-    ax.set(xlabel="step", ylabel=f"||W - W_ref||_F / ||W_ref||_F  ({which})",
-           title=f"weight error growth, fit error ~ step^b ({'OLS' if method == 'ols' else 'Newey-West HAC'} CI)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.set(ylabel=f"||W - W_ref||_F / ||W_ref||_F  ({which})",
+           title=f"weight error growth; error ~ step^b fitted over the last factor {GROWTH_WINDOW_FACTOR:g} of steps "
+                 f"({'OLS' if method == 'ols' else 'Newey-West HAC'} CI)")
+    bx.set(xlabel="step", ylabel="local exponent b (95% t CI)",
+           title=f"local exponents: slopes over windows of a factor {GROWTH_WINDOW_FACTOR:g} in steps")
+    if not bx.get_legend_handles_labels()[0]:
+        bx.text(0.5, 0.5, "too few compares for a window of 3", transform=bx.transAxes, ha="center")
+    for a in (ax, bx):
+        a.grid(True, which="both", alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
     fig.tight_layout()
     _save(fig, out)
 
@@ -477,11 +562,14 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(13, 5))
     for i, (label, t, run) in enumerate(pairs):
         c = f"C{i % 10}"
-        a0.plot(t.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1, label=label)
+        gw = window_mean_gap(t.step, run.rel_loss_gap)
+        a0.plot(t.step, 100 * running_mean(run.rel_loss_gap, smooth), color=c, lw=1,
+                label=f"{label}: {gw.label()} = {100 * gw.mean:+.3g}%")
+        a0.hlines(100 * gw.mean, gw.first_step, gw.last_step, color=c, lw=2.5)
         _growth_line(a1, t.compare_step.astype(float), _weight_error(t, run)[0], c, label)
     a0.axhline(0, color="k", lw=0.5)
-    a0.set(xlabel="step", ylabel=f"(loss - loss_ref) / loss_ref  [%], mean of {smooth} steps",
-           title="relative loss gap")
+    a0.set(xlabel="step", ylabel=f"(loss - loss_ref) / loss_ref  [%], curve: mean of {smooth} steps",
+           title="relative loss gap (bar: the window mean)")
     which = _weight_error(pairs[0][1], pairs[0][2])[1]
     a1.set(xlabel="step", ylabel=f"||W - W_ref||_F / ||W_ref||_F ({which})", title="weight error (fit dashed)")
     for a in (a0, a1):
@@ -492,31 +580,31 @@ def plot_compare(paths: list[str], out: str, recipes: list[str] | None = None, s
     _save(fig, out)
 
 
-def ablation_table(paths: list[str], window: int = 50, labels: dict[str, str] | None = None,
-                   allow_incomplete: bool = False) -> list[tuple[str, float, float, float]]:
-    """(label, final relative loss gap, final weight error, growth exponent) per (trace, recipe).
-    mlp: the mean of the last `window` steps' gaps and the last layer's weight error. lm: the gap
-    of the last `window` steps' mean losses, as the trace's tail_rel_loss_gap is read (equal to it
-    for window = records / 10; a per-batch gap is noisy), and the whole model's weight error."""
+def ablation_table(paths: list[str], fraction: float | None = None, min_records: int | None = None,
+                   labels: dict[str, str] | None = None, allow_incomplete: bool = False):
+    """(label, loss gap, headline weight error at the last compare, growth exponent over the last
+    window, GapWindow) per (trace, recipe). The loss gap is window_mean_gap's, the one definition
+    fp4drift's summary prints (fraction and min_records default to its window); the weight error
+    headline_weight_error's (the quantized layers together); the exponent the slope over the last
+    factor GROWTH_WINDOW_FACTOR of steps."""
+    from .stats import GAP_WINDOW_FRACTION, GAP_WINDOW_MIN_RECORDS, final_growth_window
+    fraction = GAP_WINDOW_FRACTION if fraction is None else fraction
+    min_records = GAP_WINDOW_MIN_RECORDS if min_records is None else min_records
     rows = []
     for label, t, run in _run_pairs(paths, None, labels, allow_incomplete):
-        w = min(window, len(run.rel_loss_gap))
-        if isinstance(t, LmRun):
-            ref = np.mean(t.reference_loss[-w:])
-            gap = (np.mean(run.loss[-w:]) - ref) / ref
-        else:
-            gap = np.mean(run.rel_loss_gap[-w:])
+        gw = window_mean_gap(t.step, run.rel_loss_gap, fraction, min_records)
         err = _weight_error(t, run)[0]
-        rows.append((label, float(gap), float(err[-1]) if len(err) else np.nan, run.growth_exponent))
+        b = final_growth_window(t.compare_step, err).exponent if len(err) else np.nan
+        rows.append((label, gw.mean, float(err[-1]) if len(err) else np.nan, b, gw))
     return rows
 
 
-def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str, str] | None = None,
-                  allow_incomplete: bool = False) -> None:
-    """Ablation bars: per (trace, recipe) the final relative loss gap and the final weight error
-    (an mlp's last layer, an lm's whole model), sorted by loss gap."""
+def plot_ablation(paths: list[str], out: str, fraction: float | None = None, min_records: int | None = None,
+                  labels: dict[str, str] | None = None, allow_incomplete: bool = False) -> None:
+    """Ablation bars: per (trace, recipe) the loss gap (the window mean, the window in the axis
+    label) and the headline weight error, sorted by loss gap."""
     _check_out(out)
-    rows = sorted(ablation_table(paths, window, labels, allow_incomplete), key=lambda r: r[1])
+    rows = sorted(ablation_table(paths, fraction, min_records, labels, allow_incomplete), key=lambda r: r[1])
     y = np.arange(len(rows))
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 0.4 * len(rows) + 1.8), sharey=True)
     gaps = [100 * r[1] for r in rows]
@@ -525,12 +613,14 @@ def plot_ablation(paths: list[str], out: str, window: int = 50, labels: dict[str
     a0.invert_yaxis()
     for yi, v in zip(y, gaps):
         a0.text(v, yi, f" {v:.2f}%", va="center", fontsize=8)
-    a0.set_xlabel(f"relative loss gap [%], mean of the last {window} steps")
+    windows = sorted({(r[4].first_step, r[4].last_step) for r in rows})
+    span = "; ".join(f"{a}-{b}" for a, b in windows)
+    a0.set_xlabel(f"relative loss gap [%], mean of steps {span}")
     a1.barh(y, [r[2] for r in rows], color="tab:blue")
     for yi, r in zip(y, rows):
         a1.text(r[2], yi, f" {r[2]:.3g} (b = {r[3]:.2f})", va="center", fontsize=8)
-    which = "whole-model" if isinstance(load_run(paths[0], allow_incomplete), LmRun) else "last-layer"
-    a1.set_xlabel(f"final {which} ||W - W_ref||_F / ||W_ref||_F  (growth exponent b)")
+    a1.set_xlabel("||W - W_ref||_F / ||W_ref||_F at the last compare (each recipe's quantized layers together); "
+                  f"b: growth exponent over the last factor {GROWTH_WINDOW_FACTOR:g} of steps")
     for a in (a0, a1):
         a.grid(axis="x", alpha=0.3)
     fig.suptitle("ablation: " + _names(paths, labels), fontsize=10)

@@ -94,10 +94,13 @@ class GrowthFit:
     dropped: int           # points left out (zero, negative or non-finite error, step <= 0)
     method: str            # "ols" (iid residuals) or "hac" (Newey-West, Bartlett kernel)
     lag: int               # HAC lag (0 for ols)
+    first_step: float = math.nan   # the steps of the points used: the fit's window
+    last_step: float = math.nan
 
     def label(self) -> str:
         pct = round(100 * self.confidence)
-        return f"slope {self.exponent:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}] ({pct}% CI, {self.method})"
+        return (f"slope {self.exponent:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}] ({pct}% CI, {self.method}, "
+                f"steps {self.first_step:.0f}-{self.last_step:.0f})")
 
 
 def newey_west_lag(n: int) -> int:
@@ -105,8 +108,12 @@ def newey_west_lag(n: int) -> int:
     return int(math.floor(4.0 * (n / 100.0) ** (2.0 / 9.0)))
 
 
-def fit_growth(step, error, confidence: float = 0.95, method: str = "ols", lag: int | None = None) -> GrowthFit:
-    """Fit log(error) = log(prefactor) + exponent log(step) by ordinary least squares.
+def fit_growth(step, error, confidence: float = 0.95, method: str = "ols", lag: int | None = None,
+               window: tuple[float, float] | None = None) -> GrowthFit:
+    """Fit log(error) = log(prefactor) + exponent log(step) by ordinary least squares, over the
+    points with lo < step <= hi when `window` = (lo, hi) is given (every point otherwise). The
+    curves of a training run bend (local_exponents), so a fit says which window it was taken
+    over: first_step and last_step are the steps of the points it used.
 
     The interval is exponent +- t_{(1+confidence)/2, n-2} * stderr.
     - method "ols": stderr from the residual variance, which assumes independent, equal-variance
@@ -130,6 +137,15 @@ def fit_growth(step, error, confidence: float = 0.95, method: str = "ols", lag: 
     if s.shape != e.shape:
         raise ValueError(f"step and error differ in length ({s.size} vs {e.size})")
     ok = np.isfinite(s) & np.isfinite(e) & (s > 0) & (e > 0)
+    if window is not None:
+        lo, hi = window
+        if not lo < hi:
+            raise ValueError(f"a fit window needs lo < hi, got ({lo}, {hi}]")
+        inside = (s > lo) & (s <= hi)
+        ok &= inside
+        dropped_outside = int((~inside).sum())
+    else:
+        dropped_outside = 0
     n = int(ok.sum())
     if n < 3:
         raise ValueError(f"a growth fit needs at least 3 points with positive finite error, got {n}")
@@ -154,7 +170,125 @@ def fit_growth(step, error, confidence: float = 0.95, method: str = "ols", lag: 
         se = math.sqrt(max(meat, 0.0) * n / dof) / sxx   # n/(n-2): the small-sample factor of HC1
     half = t_quantile(0.5 + confidence / 2.0, dof) * se
     return GrowthFit(exponent=b, prefactor=math.exp(a), stderr=se, ci_low=b - half, ci_high=b + half,
-                     confidence=confidence, points=n, dropped=int(s.size - n), method=method, lag=L)
+                     confidence=confidence, points=n, dropped=int(s.size - n - dropped_outside), method=method,
+                     lag=L, first_step=float(s[ok].min()), last_step=float(s[ok].max()))
+
+
+# --- run summary metrics (the Python side of src/trace/run_metrics.hpp) ---------------------
+
+# The trailing window of the loss gap: the last tenth of the records, at least 20 (all of them
+# in a shorter run); docs/numerics.md, "Run summary metrics", says why.
+GAP_WINDOW_FRACTION = 0.1
+GAP_WINDOW_MIN_RECORDS = 20
+GROWTH_WINDOW_FACTOR = 2.0   # a local exponent's window spans a factor 2 in steps
+GROWTH_CONFIDENCE = 0.95
+
+
+@dataclass
+class GapWindow:
+    """The relative loss gap (L_run - L_ref) / L_ref averaged over a trailing window of records."""
+
+    mean: float          # NaN when a gap in the window is not finite
+    first_step: int      # recorded steps, inclusive
+    last_step: int
+    records: int
+
+    def label(self) -> str:
+        return f"loss gap, mean of steps {self.first_step}-{self.last_step}"
+
+
+def window_mean_gap(step, gap, fraction: float = GAP_WINDOW_FRACTION,
+                    min_records: int = GAP_WINDOW_MIN_RECORDS) -> GapWindow:
+    """Mean of the per-step gaps over the last max(min_records, ceil(fraction * N)) records
+    (capped at N): the one definition of a run's loss gap, as fp4drift's summary computes it."""
+    st = np.asarray(step).ravel()
+    g = np.asarray(gap, dtype=float).ravel()
+    if st.shape != g.shape:
+        raise ValueError(f"steps and gaps differ in length ({st.size} vs {g.size})")
+    if not 0.0 < fraction <= 1.0 or int(min_records) < 1:
+        raise ValueError(f"gap window: fraction must be in (0, 1] and min_records >= 1, got {fraction}, {min_records}")
+    n = g.size
+    if n == 0:
+        return GapWindow(mean=math.nan, first_step=-1, last_step=-1, records=0)
+    k = min(n, max(int(min_records), math.ceil(fraction * n - 1e-9)))
+    w = g[n - k:]
+    total = math.fsum(w) if np.all(np.isfinite(w)) else math.nan
+    return GapWindow(mean=total / k, first_step=int(st[n - k]), last_step=int(st[-1]), records=k)
+
+
+def aggregate_rel_error(rel_error, ref_sq_norm) -> np.ndarray:
+    """||W - W_ref||_F / ||W_ref||_F over several layers together from each layer's relative
+    error e_l (last axis) and ||W_ref,l||_F^2: sqrt(sum e_l^2 n_l / sum n_l)."""
+    e = np.asarray(rel_error, dtype=float)
+    n = np.asarray(ref_sq_norm, dtype=float).ravel()
+    if e.shape[-1] != n.size:
+        raise ValueError(f"{e.shape[-1]} errors per row but {n.size} norms")
+    if n.size == 0:
+        return np.full(e.shape[:-1], np.nan)
+    return np.sqrt((e * e * n).sum(axis=-1) / n.sum())
+
+
+@dataclass
+class SlopeWindow:
+    """A local growth exponent: the OLS slope of log(error) on log(step) over the compares with
+    lo < step <= hi, with its Student t interval from the residuals (n - 2 dof; along one
+    trajectory the residuals are correlated, so it is the precision of this trajectory's fit)."""
+
+    first_step: int
+    last_step: int
+    points: int
+    exponent: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+
+    def label(self) -> str:
+        return (f"steps {self.first_step}-{self.last_step}: {self.exponent:.2f} "
+                f"[{self.ci_low:.2f}, {self.ci_high:.2f}]")
+
+
+def fit_slope(step, error, lo: float, hi: float, confidence: float = GROWTH_CONFIDENCE) -> SlopeWindow:
+    """The slope over (lo, hi]; NaN with fewer than 3 usable points."""
+    s = np.asarray(step, dtype=float).ravel()
+    e = np.asarray(error, dtype=float).ravel()
+    ok = np.isfinite(s) & np.isfinite(e) & (s > 0) & (e > 0) & (s > lo) & (s <= hi)
+    pts = int(ok.sum())
+    if pts < 3:
+        first = int(s[ok].min()) if pts else -1
+        last = int(s[ok].max()) if pts else -1
+        return SlopeWindow(first, last, pts, math.nan, math.nan, math.nan, confidence)
+    f = fit_growth(s[ok], e[ok], confidence, "ols")
+    return SlopeWindow(int(s[ok].min()), int(s[ok].max()), pts, f.exponent, f.ci_low, f.ci_high, confidence)
+
+
+def local_exponents(step, error, factor: float = GROWTH_WINDOW_FACTOR,
+                    confidence: float = GROWTH_CONFIDENCE) -> list[SlopeWindow]:
+    """Slopes over the windows (S / f^(k+1), S / f^k], anchored at the last compare S and going
+    back while a window holds 3 compares; in step order. The last one is the run's headline
+    growth exponent (final_growth_window)."""
+    if not factor > 1:
+        raise ValueError(f"the window factor must exceed 1, got {factor}")
+    s = np.asarray(step, dtype=float).ravel()
+    out: list[SlopeWindow] = []
+    if s.size == 0 or s[-1] <= 0:
+        return out
+    hi = float(s[-1])
+    while hi >= 1:
+        w = fit_slope(step, error, hi / factor, hi, confidence)
+        if w.points < 3:
+            break
+        out.append(w)
+        hi /= factor
+    return out[::-1]
+
+
+def final_growth_window(step, error, factor: float = GROWTH_WINDOW_FACTOR,
+                        confidence: float = GROWTH_CONFIDENCE) -> SlopeWindow:
+    """The headline growth exponent: the slope over (S / factor, S], S the last compare."""
+    s = np.asarray(step, dtype=float).ravel()
+    if s.size == 0 or s[-1] <= 0:
+        return SlopeWindow(-1, -1, 0, math.nan, math.nan, math.nan, confidence)
+    return fit_slope(step, error, float(s[-1]) / factor, float(s[-1]), confidence)
 
 
 # --- SR bias across seeds --------------------------------------------------------------------

@@ -331,7 +331,7 @@ def test_pandas_and_xarray_views(trace: Path, mlp_traces, run_traces) -> None:
 
 @pytest.mark.parametrize("command,extra", [
     ("plot-growth", ["--method", "hac"]), ("plot-heatmap", []), ("plot-stats", ["--smooth", "5"]),
-    ("compare", []), ("ablation", ["--window", "20"]), ("plot-run", []),
+    ("compare", []), ("ablation", ["--gap-min-records", "20"]), ("plot-run", []),
 ])
 @pytest.mark.parametrize("suffix", [".png", ".pdf"])
 def test_mlp_plot_commands(mlp_traces, tmp_path: Path, command: str, extra: list, suffix: str) -> None:
@@ -365,13 +365,14 @@ def test_fit_and_bias_commands(mlp_traces, run_traces) -> None:
     ("plot-growth", ["--layer", "3"], "layer 3 does not exist"),
     ("plot-growth", ["--layer", "-4"], "layer -4 does not exist"),
     ("plot-stats", ["--smooth", "0"], "--smooth: must be an integer >= 1, got '0'"),
-    ("ablation", ["--window", "0"], "--window: must be an integer >= 1, got '0'"),
-    ("ablation", ["--window", "-5"], "--window: must be an integer >= 1, got '-5'"),
+    ("ablation", ["--gap-min-records", "0"], "--gap-min-records: must be an integer >= 1, got '0'"),
+    ("ablation", ["--gap-min-records", "-5"], "--gap-min-records: must be an integer >= 1, got '-5'"),
+    ("ablation", ["--gap-fraction", "1.5"], "--gap-fraction: must be a number in (0, 1], got '1.5'"),
 ])
 def test_plot_options_out_of_range_are_bad_input(mlp_traces, tmp_path: Path, command: str, extra: list,
                                                  want: str) -> None:
     # --layer 3 of a 3-layer trace ended in an IndexError traceback (exit 1); --smooth 0 drew NaN
-    # curves and --window 0 (or -5) averaged the whole run instead of its last steps, with exit 0.
+    # curves and a window of 0 (or -5) records averaged the whole run instead of its last steps, with exit 0.
     out = tmp_path / "p.png"
     r = subprocess.run([sys.executable, "-m", "fp4drift_analysis", command, str(mlp_traces[0]), "--out", str(out),
                         *extra], capture_output=True, text=True, cwd=tmp_path)

@@ -191,18 +191,21 @@ def test_the_multi_trace_plots_read_lm_traces(traces, tmp_path: Path) -> None:
     fused, unfused = str(traces["fused"]), str(traces["unfused"])
     plots.plot_runs([unfused], str(tmp_path / "run.png"))           # one lm trace: plot_lm
     plots.plot_compare([fused, unfused], str(tmp_path / "cmp.png"))
-    plots.plot_ablation([fused, unfused], str(tmp_path / "abl.png"), window=4)
+    plots.plot_ablation([fused, unfused], str(tmp_path / "abl.png"), min_records=4)
     plots.plot_growth([fused, unfused], str(tmp_path / "gr.pdf"), recipes=["nvfp4"], param="head")
     plots.plot_heatmap(fused, str(tmp_path / "hm.png"), "grad_rel_error")
     plots.plot_stats(unfused, str(tmp_path / "st.png"))
     for name in ("run.png", "cmp.png", "abl.png", "gr.pdf", "hm.png", "st.png"):
         assert (tmp_path / name).stat().st_size > 8000, name
-    # the ablation's lm gap is read from window means, as tail_rel_loss_gap: equal at a tenth
+    # the ablation's lm gap is the summary's: the per-step gaps' mean over the trailing window;
+    # its weight error the quantized linears' together, its exponent the last window's
     r = load_run(fused)
-    rows = plots.ablation_table([fused], window=len(r.step) // 10)
-    for (label, gap, err, b), run in zip(rows, r.runs):
-        assert label == run.name and gap == pytest.approx(run.tail_rel_loss_gap, rel=1e-9)
-        assert err == run.weight_rel_error_total[-1] and b == run.growth_exponent
+    rows = plots.ablation_table([fused])
+    for (label, gap, err, b, gw), run in zip(rows, r.runs):
+        assert label == run.name and gap == pytest.approx(run.attrs["rel_loss_gap_window_mean"], rel=1e-12)
+        assert gw.last_step == r.step[-1]
+        assert err == pytest.approx(run.attrs["quantized_weight_rel_error"], rel=1e-12)
+        assert b == pytest.approx(run.attrs["quantized_growth_exponent"], rel=1e-9, nan_ok=True)
     with pytest.raises(SchemaError, match="mix of mlp and lm"):
         plots.plot_compare([fused, str(traces["mlp"])], str(tmp_path / "mix.png"))
     with pytest.raises(SchemaError, match="an lm trace; plot one at a time"):
