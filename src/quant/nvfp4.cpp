@@ -309,51 +309,76 @@ __attribute__((noinline)) void pack_nibbles(const std::uint8_t* __restrict q, st
   }
 }
 
+// One thread's buffers for rows of a tensor: the zero-padded row, per-element encode scales,
+// codes, exact-SR tie flags, per-block keys and scales, and the row's random words.
+struct RowScratch {
+  std::vector<float> padded, eb;
+  std::vector<std::uint8_t> q, tie;
+  std::vector<std::uint32_t> keys;
+  std::vector<float> ebb;
+  std::vector<std::uint32_t> words, hw_words;
+  RowScratch(std::int64_t pcols, std::int64_t nblk, bool sr, bool hw)
+      : padded(static_cast<std::size_t>(pcols), 0.0f), eb(static_cast<std::size_t>(pcols)),
+        q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols)), keys(static_cast<std::size_t>(nblk)),
+        ebb(static_cast<std::size_t>(nblk)), words(sr ? static_cast<std::size_t>(pcols) : 0),
+        hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0) {}
+  // Row r of x, zero-padded to pcols where the last block is partial.
+  const float* row(const Matrix& x, std::int64_t r, std::int64_t pcols) {
+    const float* xr = x.data.data() + r * x.cols;
+    if (x.cols == pcols) return xr;
+    std::copy(xr, xr + x.cols, padded.begin());
+    return padded.data();
+  }
+};
+
+// Stored row r once its encode scales are in w.eb and its block scales in sc / sv: the random
+// words (SR), the element rounding, the packed codes and the dequantized values. Returns the
+// row's clipped elements (zero-scale blocks flush: underflow, not clipping).
+template <Rounding R>
+std::int64_t round_pack_row(const float* xr, std::int64_t r, const QuantSpec& spec, QuantizedTensor& out,
+                            bool dequantize, const std::uint8_t* sc, const float* sv, RowScratch& w) {
+  const std::int64_t pcols = out.padded_cols, nblk = out.scale_cols, cols = out.cols;
+  const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
+  const auto first = static_cast<std::uint64_t>(r * pcols);
+  if constexpr (R == Rounding::Stochastic) {
+    if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, w.hw_words.data(), w.words.data());
+    else philox_words(spec.rounding.rng, first, pcols, w.words.data());
+  }
+  std::int64_t clipped = 0;
+  if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
+    clipped = round_row<R, SrKind::Exact>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(),
+                                          w.tie.data());
+  else if (hw)
+    clipped = round_row<R, SrKind::Hw>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(),
+                                       w.tie.data());
+  else
+    clipped = round_row<R>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(), w.tie.data());
+  clipped -= zero_scale_clipped(xr, w.eb.data(), sc, nblk);
+  pack_nibbles(w.q.data(), pcols, out.codes.data() + r * (pcols / 2));
+  if (dequantize) {
+    float* dr = out.dequantized.data.data() + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c)
+      dr[c] = (e2m1_decode(w.q[static_cast<std::size_t>(c)]) * sv[c / kNvfp4Block]) * out.global.decode;
+  }
+  return clipped;
+}
+
 template <Rounding R>
 void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
-  const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols, nblk = out.scale_cols;
+  const std::int64_t rows = x.rows, pcols = out.padded_cols, nblk = out.scale_cols;
   const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
-  const GlobalScale g = out.global;
+  const bool sr = R == Rounding::Stochastic, hw = sr && spec.rounding.sr_bits == kSrHw;
   std::int64_t clipped = 0;
 #pragma omp parallel reduction(+ : clipped)
   {
-    std::vector<float> padded(static_cast<std::size_t>(pcols), 0.0f), eb(static_cast<std::size_t>(pcols));
-    std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols));
-    std::vector<std::uint32_t> keys(static_cast<std::size_t>(nblk));
-    std::vector<float> ebb(static_cast<std::size_t>(nblk));
-    const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
-    std::vector<std::uint32_t> words(R == Rounding::Stochastic ? static_cast<std::size_t>(pcols) : 0);
-    std::vector<std::uint32_t> hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0);
+    RowScratch w(pcols, nblk, sr, hw);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const float* xr = x.data.data() + r * cols;
-      if (cols != pcols) {  // partial last block: zero-padded copy
-        std::copy(xr, xr + cols, padded.begin());
-        xr = padded.data();
-      }
+      const float* xr = w.row(x, r, pcols);
       std::uint8_t* sc = out.scale_codes.data() + r * nblk;
       float* sv = out.scale_values.data() + r * nblk;
-      block_scales_row(xr, nblk, g, legacy, sc, sv, eb.data(), keys.data(), ebb.data());
-      const auto first = static_cast<std::uint64_t>(r * pcols);
-      if constexpr (R == Rounding::Stochastic) {
-        if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, hw_words.data(), words.data());
-        else philox_words(spec.rounding.rng, first, pcols, words.data());
-      }
-      if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
-        clipped += round_row<R, SrKind::Exact>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
-                                              tie.data());
-      else if (hw)
-        clipped += round_row<R, SrKind::Hw>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
-                                           tie.data());
-      else
-        clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
-      clipped -= zero_scale_clipped(xr, eb.data(), sc, nblk);
-      pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
-      if (dequantize) {
-        float* dr = out.dequantized.data.data() + r * cols;
-        for (std::int64_t c = 0; c < cols; ++c)
-          dr[c] = (e2m1_decode(q[static_cast<std::size_t>(c)]) * sv[c / kNvfp4Block]) * g.decode;
-      }
+      block_scales_row(xr, nblk, out.global, legacy, sc, sv, w.eb.data(), w.keys.data(), w.ebb.data());
+      clipped += round_pack_row<R>(xr, r, spec, out, dequantize, sc, sv, w);
     }
   }
   out.clipped = clipped;
@@ -374,18 +399,12 @@ void quantize_16x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out
   const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols, nblk = out.scale_cols;
   const std::int64_t trows = out.scale_rows;
   const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
-  const GlobalScale g = out.global;
+  const bool sr = R == Rounding::Stochastic, hw = sr && spec.rounding.sr_bits == kSrHw;
   std::int64_t clipped = 0;
 #pragma omp parallel reduction(+ : clipped)
   {
-    std::vector<float> padded(static_cast<std::size_t>(pcols), 0.0f), eb(static_cast<std::size_t>(pcols));
+    RowScratch w(pcols, nblk, sr, hw);
     std::vector<std::uint32_t> colkey(static_cast<std::size_t>(pcols));
-    std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols)), tie(static_cast<std::size_t>(pcols));
-    std::vector<std::uint32_t> keys(static_cast<std::size_t>(nblk));
-    std::vector<float> ebb(static_cast<std::size_t>(nblk));
-    const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
-    std::vector<std::uint32_t> words(R == Rounding::Stochastic ? static_cast<std::size_t>(pcols) : 0);
-    std::vector<std::uint32_t> hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0);
 #pragma omp for schedule(static)
     for (std::int64_t tr = 0; tr < trows; ++tr) {
       const std::int64_t r0 = tr * kNvfp4Block, r1 = std::min(rows, r0 + kNvfp4Block);
@@ -393,35 +412,10 @@ void quantize_16x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out
       for (std::int64_t r = r0; r < r1; ++r) colmax_keys(x.data.data() + r * cols, cols, colkey.data());
       std::uint8_t* sc = out.scale_codes.data() + tr * nblk;
       float* sv = out.scale_values.data() + tr * nblk;
-      block_scales_row(reinterpret_cast<const float*>(colkey.data()), nblk, g, legacy, sc, sv, eb.data(), keys.data(),
-                       ebb.data());
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const float* xr = x.data.data() + r * cols;
-        if (cols != pcols) {  // partial last block: zero-padded copy
-          std::copy(xr, xr + cols, padded.begin());
-          xr = padded.data();
-        }
-        const auto first = static_cast<std::uint64_t>(r * pcols);
-        if constexpr (R == Rounding::Stochastic) {
-          if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, hw_words.data(), words.data());
-          else philox_words(spec.rounding.rng, first, pcols, words.data());
-        }
-        if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
-          clipped += round_row<R, SrKind::Exact>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
-                                                tie.data());
-        else if (hw)
-          clipped += round_row<R, SrKind::Hw>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(),
-                                             tie.data());
-        else
-          clipped += round_row<R>(xr, eb.data(), pcols, spec.rounding, first, words.data(), q.data(), tie.data());
-        clipped -= zero_scale_clipped(xr, eb.data(), sc, nblk);
-        pack_nibbles(q.data(), pcols, out.codes.data() + r * (pcols / 2));
-        if (dequantize) {
-          float* dr = out.dequantized.data.data() + r * cols;
-          for (std::int64_t c = 0; c < cols; ++c)
-            dr[c] = (e2m1_decode(q[static_cast<std::size_t>(c)]) * sv[c / kNvfp4Block]) * g.decode;
-        }
-      }
+      block_scales_row(reinterpret_cast<const float*>(colkey.data()), nblk, out.global, legacy, sc, sv, w.eb.data(),
+                       w.keys.data(), w.ebb.data());
+      for (std::int64_t r = r0; r < r1; ++r)
+        clipped += round_pack_row<R>(w.row(x, r, pcols), r, spec, out, dequantize, sc, sv, w);
     }
   }
   out.clipped = clipped;
