@@ -457,7 +457,8 @@ def plot_growth(paths: list[str], out: str, recipes: list[str] | None = None, la
         steps = t.compare_step.astype(float)
         _growth_line(ax, steps, err, f"C{i % 10}", label, method)
         _local_exponent_points(bx, steps, err, f"C{i % 10}", label)
-    which = series[0][1]
+    whats = {w for _, w in series}
+    which = whats.pop() if len(whats) == 1 else "each run's quantized layers together"
     ax.set(ylabel=f"||W - W_ref||_F / ||W_ref||_F  ({which})",
            title=f"weight error growth; error ~ step^b fitted over the last factor {GROWTH_WINDOW_FACTOR:g} of steps "
                  f"({'OLS' if method == 'ols' else 'Newey-West HAC'} CI)")
