@@ -250,10 +250,10 @@ def plot_mlp(path, out: str, smooth: int = 20, allow_incomplete: bool = False) -
                 a3.semilogy(r.step, np.nanmean(nmse, axis=1), color=c, lw=0.8, label=run.name)
     a0.set(xlabel="step", ylabel=_loss_label(r), title="loss")
     a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]",
-           title=f"relative loss gap (faint: per step; thin: mean of {smooth} steps; bar: the window mean)")
+           title=f"relative loss gap (thin: mean of {smooth} steps; bar: window mean)")
     a1.axhline(0, color="k", lw=0.5)
     a2.set(xlabel="step", ylabel="||W - W_ref||_F / ||W_ref||_F",
-           title="weight error of the quantized layers vs reference (fit over the last window dashed)")
+           title="quantized layers' weight error (last-window fit dashed)")
     a3.set(xlabel="step", ylabel="mean NMSE over quantized GEMM operands", title="operand quantization error")
     for a in axes.flat:
         a.grid(True, which="both", alpha=0.3)
@@ -311,9 +311,9 @@ def plot_lm(path, out: str, smooth: int = 20, allow_incomplete: bool = False) ->
            title=f"loss (faint: per batch; solid: mean of {smooth} steps)")
     a1.axhline(0, color="k", lw=0.5)
     a1.set(xlabel="step", ylabel="(loss - loss_ref) / loss_ref  [%]",
-           title=f"relative loss gap (faint: per step; thin: mean of {smooth} steps; bar: the window mean)")
+           title=f"relative loss gap (thin: mean of {smooth} steps; bar: window mean)")
     a2.set(xlabel="step", ylabel="||p - p_ref|| / ||p_ref||",
-           title="weight error of the quantized linears vs reference (fit over the last window dashed)")
+           title="quantized linears' weight error (last-window fit dashed)")
     if switch is not None:
         for a in (a0, a1, a2):
             if a is not a2 or switch > 0:   # step 0 has no place on a log axis
@@ -616,12 +616,12 @@ def plot_ablation(paths: list[str], out: str, fraction: float | None = None, min
         a0.text(v, yi, f" {v:.2f}%", va="center", fontsize=8)
     windows = sorted({(r[4].first_step, r[4].last_step) for r in rows})
     span = "; ".join(f"{a}-{b}" for a, b in windows)
-    a0.set_xlabel(f"relative loss gap [%], mean of steps {span}")
+    a0.set_xlabel(f"relative loss gap [%]\nmean of steps {span}")
     a1.barh(y, [r[2] for r in rows], color="tab:blue")
     for yi, r in zip(y, rows):
         a1.text(r[2], yi, f" {r[2]:.3g} (b = {r[3]:.2f})", va="center", fontsize=8)
-    a1.set_xlabel("||W - W_ref||_F / ||W_ref||_F at the last compare (each recipe's quantized layers together); "
-                  f"b: growth exponent over the last factor {GROWTH_WINDOW_FACTOR:g} of steps")
+    a1.set_xlabel("||W - W_ref||_F / ||W_ref||_F at the last compare, quantized layers together\n"
+                  f"(b: growth exponent over the last factor {GROWTH_WINDOW_FACTOR:g} of steps)")
     for a in (a0, a1):
         a.grid(axis="x", alpha=0.3)
     fig.suptitle("ablation: " + _names(paths, labels), fontsize=10)
