@@ -1,6 +1,11 @@
 #include "trace/run_files.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
@@ -91,6 +96,16 @@ void create_run_files(const std::string& trace, const std::string& config_text,
 }
 
 void remove_resume_files(const std::string& trace) {
+  // The trace was synced before it was closed, and its close still wrote: HDF5 cuts the file to
+  // its allocated end and clears the superblock's "open for writing" flags. Those writes reach
+  // the disk before the files that could rebuild the trace go; otherwise a power loss could
+  // leave a trace whose status says complete but that HDF5 refuses ("truncated file", or "already
+  // open for write"), with no checkpoint or journal left to rebuild it from.
+  const int fd = ::open(trace.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot sync '" + trace + "': " + std::strerror(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("cannot sync '" + trace + "': " + std::strerror(err));
   std::filesystem::remove(checkpoint_path(trace));
   std::filesystem::remove(journal_path(trace));
   sync_directory_of(trace);

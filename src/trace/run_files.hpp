@@ -100,7 +100,8 @@ void mark_interrupted(Trace& trace, RowJournal& journal) {
   trace.sync();
 }
 
-// A complete run needs its checkpoint and journal no more: both removed, the directory synced.
+// A complete run needs its checkpoint and journal no more: the closed trace synced (what its
+// close wrote), then both removed and the directory synced.
 void remove_resume_files(const std::string& trace);
 
 // How far a run got, for its error path: the step of the checkpoint on disk, and whether any
