@@ -195,3 +195,21 @@ def test_plots_draw_the_headline(mlp_run, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as e:
         main(["ablation", str(path), "--gap-fraction", "0", "--out", str(tmp_path / "x.png")])
     assert e.value.code == 2
+
+
+@needs_exe
+def test_a_trace_without_the_summary_attributes_falls_back_and_says_so(mlp_run, tmp_path: Path) -> None:
+    # a trace written before the headline attributes: the last layer, named as such
+    from fp4drift_analysis import load_run
+    from fp4drift_analysis.plots import headline_weight_error
+    path, _, _ = mlp_run
+    old = tmp_path / "old.h5"
+    old.write_bytes(Path(path).read_bytes())
+    with h5py.File(old, "r+") as f:
+        del f["mlp/reference"].attrs["final_weight_sq_norm"]
+        for name in f["mlp/runs"]:
+            del f["mlp/runs"][name].attrs["quantized_layers"]
+    r = load_run(str(old))
+    e, what = headline_weight_error(r, r.run("nvfp4"))
+    assert what == "last layer (trace without quantized_layers)"
+    np.testing.assert_array_equal(e, r.run("nvfp4").weight_rel_error[:, -1])
