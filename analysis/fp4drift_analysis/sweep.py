@@ -8,9 +8,16 @@ arrays, the swept parameters as columns, and each run's trace through `load_run`
     s.run(0)                                                           # MlpRun / LmRun / SumDotRun
     s.overrides(0), s.label(0)   # {"lm.seed": 2, ...}, "lm.pattern=MMMMM lm.seed=2" (the keys that vary)
 
-`recipes` holds every column the index has, so the lm rows' tail_loss and tail_rel_loss_gap
-(the gap to read: an lm's final_rel_loss_gap is one noisy batch's) come with them; an lm row's
-final_weight_rel_error is the whole model's, an mlp row's the last layer's.
+`recipes` holds every column the index has. The headline of each (run, recipe) row is its run
+summary's (docs/numerics.md 8g, copied from the trace's attributes): rel_loss_gap_window_mean
+over the window gap_window_first_step..gap_window_last_step, quantized_weight_rel_error (the
+layers the recipe quantizes together) and quantized_growth_exponent with its t interval
+(quantized_growth_ci_low/high) over quantized_growth_first_step..last_step. The older columns
+keep their meaning: final_rel_loss_gap is the last record's (one noisy batch's) gap,
+final_weight_rel_error an mlp's last layer or an lm's whole model, growth_exponent a fit over
+every compare. An index written before the headline columns gets them filled from those older
+columns, and `Sweep.metric_label` says so; a row whose trace predates the run summary has NaN
+there.
 """
 
 from __future__ import annotations
@@ -25,6 +32,14 @@ import numpy as np
 from .traces import SchemaError, load_run, register_loader
 
 SWEEP_SCHEMA_VERSIONS = {1}
+
+# The headline columns of /summary_recipes and, for an index written before them, the older
+# column that stands in for each and what that column measures instead.
+HEADLINE_FALLBACK = {
+    "rel_loss_gap_window_mean": ("final_rel_loss_gap", "the last record's gap"),
+    "quantized_weight_rel_error": ("final_weight_rel_error", "an mlp's last layer, an lm's whole model"),
+    "quantized_growth_exponent": ("growth_exponent", "fitted over every compare, an mlp's last layer"),
+}
 
 
 def _column(ds: h5py.Dataset) -> np.ndarray:
@@ -89,6 +104,15 @@ class Sweep:
     summary: dict[str, np.ndarray]                # one entry per run (index, id, status, wall_s, ...)
     params: dict[str, np.ndarray]                 # per swept key, one value per run
     recipes: dict[str, np.ndarray] = field(default_factory=dict)  # mlp, lm: one row per (run, recipe)
+    fallbacks: dict[str, str] = field(default_factory=dict)  # headline column -> the older one filling it
+
+    def metric_label(self, metric: str) -> str:
+        """The metric's name, and for a headline column filled from an older index's column, which
+        column that is and what it measures."""
+        if metric in self.fallbacks:
+            old = self.fallbacks[metric]
+            return f"{metric} (older index: {old}, {HEADLINE_FALLBACK[metric][1]})"
+        return metric
 
     @property
     def ids(self) -> list[str]:
@@ -151,7 +175,13 @@ def load_sweep(path: str, allow_incomplete: bool = False) -> Sweep:
             params[axis] = _param_column(_column(g["param"][axis]))
         r = f["summary_recipes"]
         recipes = {k: _column(r[k]) for k in r}
-        return Sweep(path=path, attrs=dict(f.attrs), summary=summary, params=params, recipes=recipes)
+        fallbacks = {}
+        for new, (old, _) in HEADLINE_FALLBACK.items():
+            if new not in recipes and old in recipes:
+                recipes[new] = recipes[old]
+                fallbacks[new] = old
+        return Sweep(path=path, attrs=dict(f.attrs), summary=summary, params=params, recipes=recipes,
+                     fallbacks=fallbacks)
 
 
 # `fp4drift_analysis.load(path)` reads sweep indexes too.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .stats import MeanInterval, SignTest, sign_test, t_interval, t_two_sided_p
-from .sweep import Sweep, format_value
+from .sweep import HEADLINE_FALLBACK, Sweep, format_value
 
 SEED_KEYS = ("lm.seed", "mlp.seed", "seed")
 ENTRY_KEY = "entry"   # pseudo key: the sweep's list entry (`[list.NAME]`) a run comes from
@@ -110,7 +110,9 @@ def group_runs(s: Sweep, group_by: list[str], metric: str, seed_key: str | None 
     runs, recipes, values = metric_rows(s, metric)
     ok = np.isfinite(values)
     if not ok.any():
-        raise ValueError(f"metric {metric!r} is not finite in any complete run of {s.path}")
+        hint = (f" (its runs' traces predate the run summary attributes; {HEADLINE_FALLBACK[metric][0]} holds "
+                f"{HEADLINE_FALLBACK[metric][1]})") if metric in HEADLINE_FALLBACK and metric not in s.fallbacks else ""
+        raise ValueError(f"metric {metric!r} is not finite in any complete run of {s.path}{hint}")
     cells: dict[tuple, dict] = {}
     for run, recipe, v in zip(runs[ok], recipes[ok], values[ok]):
         key = tuple(sets[run].get(k) for k in group_by)
@@ -195,7 +197,7 @@ def _numeric(text: str) -> bool:
 def text_report(s: Sweep, cells: list[Cell], pairs: list[Pair] | None, group_by: list[str], metric: str,
                 seed_key: str, confidence: float) -> str:
     pct = f"{100 * confidence:g}%"
-    lines = [f"{s.path}: {metric} over {seed_key}, grouped by {', '.join(group_by) or '(nothing)'} and recipe; "
+    lines = [f"{s.path}: {s.metric_label(metric)} over {seed_key}, grouped by {', '.join(group_by) or '(nothing)'} and recipe; "
              f"mean and {pct} t interval, n-1 dof (mean +- half)"]
     rows = [[*(format_value(v) for v in c.key), c.recipe, str(c.interval.n),
              ",".join(format_value(x) for x in c.seeds), _f(c.interval.mean), _f(c.interval.half_width, ".3g"),
@@ -223,7 +225,7 @@ def json_report(s: Sweep, cells: list[Cell], pairs: list[Pair] | None, group_by:
     def val(v):
         return list(val(x) for x in v) if isinstance(v, tuple) else v
 
-    out = {"sweep": s.path, "metric": metric, "seed_key": seed_key, "group_by": group_by, "confidence": confidence,
+    out = {"sweep": s.path, "metric": metric, "metric_label": s.metric_label(metric), "seed_key": seed_key, "group_by": group_by, "confidence": confidence,
            "interval": "Student t, n-1 dof: mean +- t_{(1+confidence)/2, n-1} sd / sqrt(n)",
            "groups": [{"keys": {k: val(v) for k, v in zip(group_by, c.key)}, "recipe": c.recipe, "n": c.interval.n,
                        "seeds": [val(x) for x in c.seeds], "values": c.values,

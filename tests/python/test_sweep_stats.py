@@ -235,3 +235,50 @@ def test_fit_and_compare_on_a_real_sweep(tmp_path, capsys):
     assert main(["sweep-stats", idx, "--group-by", "mlp.lr", "--metric", "final_weight_rel_error",
                  "--baseline", "bf16"]) == 0
     assert "t interval" in capsys.readouterr().out
+
+
+# --- the headline columns and older indices -----------------------------------------------------
+
+
+def test_older_index_reads_headline_names_from_older_columns_and_says_so(index, capsys):
+    """An index written before the headline columns: the headline names stand for the older
+    columns (the values are those columns', not recomputed) and the report's label names them."""
+    with h5py.File(index, "a") as f:
+        r = f["summary_recipes"]
+        r["final_rel_loss_gap"] = r["tail_loss"][()] / 10
+    s = load_sweep(str(index))
+    assert s.fallbacks == {"rel_loss_gap_window_mean": "final_rel_loss_gap", "quantized_growth_exponent": "growth_exponent"}
+    np.testing.assert_array_equal(s.recipes["rel_loss_gap_window_mean"], s.recipes["final_rel_loss_gap"])
+    assert "quantized_weight_rel_error" not in s.recipes   # no older column to stand in
+    assert s.metric_label("rel_loss_gap_window_mean") == \
+        "rel_loss_gap_window_mean (older index: final_rel_loss_gap, the last record's gap)"
+    assert s.metric_label("tail_loss") == "tail_loss"
+    assert main(["sweep-stats", str(index), "--group-by", "mlp.lr", "--metric", "rel_loss_gap_window_mean"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "older index: final_rel_loss_gap, the last record's gap" in head, head
+    assert main(["sweep-stats", str(index), "--group-by", "mlp.lr", "--metric", "rel_loss_gap_window_mean",
+                 "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["metric"] == "rel_loss_gap_window_mean" and "older index" in j["metric_label"]
+    cell = next(g for g in j["groups"] if g["recipe"] == "bf16" and g["keys"]["mlp.lr"] == 0.01)
+    assert cell["values"] == pytest.approx([0.2, 0.22, 0.24], rel=1e-15)
+
+
+def test_headline_columns_are_read_as_written(index, capsys):
+    """An index with the headline columns: no fallback, no label, and a headline column that is NaN
+    everywhere (traces older than the run summary) is refused with the reason."""
+    with h5py.File(index, "a") as f:
+        r = f["summary_recipes"]
+        r["final_rel_loss_gap"] = np.full(r["tail_loss"].shape, 9.0)          # must not be read
+        r["rel_loss_gap_window_mean"] = r["tail_loss"][()] / 100
+        r["quantized_growth_exponent"] = np.full(r["tail_loss"].shape, np.nan)
+    s = load_sweep(str(index))
+    assert not s.fallbacks
+    assert main(["sweep-stats", str(index), "--group-by", "mlp.lr", "--metric", "rel_loss_gap_window_mean",
+                 "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["metric_label"] == "rel_loss_gap_window_mean"
+    cell = next(g for g in j["groups"] if g["recipe"] == "bf16" and g["keys"]["mlp.lr"] == 0.01)
+    assert cell["values"] == pytest.approx([0.02, 0.022, 0.024], rel=1e-15)
+    err = _error(capsys, ["sweep-stats", str(index), "--group-by", "mlp.lr", "--metric", "quantized_growth_exponent"])
+    assert "not finite" in err and "predate the run summary" in err
