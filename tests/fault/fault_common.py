@@ -17,7 +17,7 @@ EXE = os.environ.get("FP4DRIFT_EXE", "fp4drift")
 FAULT_LIB = os.environ.get("FP4D_FAULT_LIB", "")
 
 # A small mlp run with three checkpoints (25, 50, 60) and compares every 10 steps: every
-# kind of write a long run makes, in about 460 file-system events.
+# kind of write a long run makes, in about 470 file-system events.
 TINY_MLP = """workload = "mlp"
 
 [mlp]
