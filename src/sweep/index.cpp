@@ -61,10 +61,21 @@ void write_index(const std::string& outdir, const Sweep& s, const std::vector<Ru
   }
   for (std::size_t i = 0; i < s.runs.size(); ++i) {
     x.runs.push_back(index_run(outdir, s, s.runs[i], records[i], metrics[i]));
-    for (const RecipeMetrics& m : metrics[i].recipes)
-      x.recipes.push_back(SweepIndexRecipe{static_cast<std::int64_t>(i), s.runs[i].id, m.recipe, m.final_loss,
-                                           m.final_rel_loss_gap, m.final_weight_rel_error, m.growth_exponent,
-                                           m.first_nonfinite_step, m.tail_loss, m.tail_rel_loss_gap});
+    for (const RecipeMetrics& m : metrics[i].recipes) {
+      SweepIndexRecipe y{static_cast<std::int64_t>(i), s.runs[i].id, m.recipe, m.final_loss,
+                         m.final_rel_loss_gap, m.final_weight_rel_error, m.growth_exponent,
+                         m.first_nonfinite_step, m.tail_loss, m.tail_rel_loss_gap};
+      y.rel_loss_gap_window_mean = m.rel_loss_gap_window_mean;
+      y.gap_window_first_step = m.gap_window_first_step;
+      y.gap_window_last_step = m.gap_window_last_step;
+      y.quantized_weight_rel_error = m.quantized_weight_rel_error;
+      y.quantized_growth_exponent = m.quantized_growth_exponent;
+      y.quantized_growth_ci_low = m.quantized_growth_ci_low;
+      y.quantized_growth_ci_high = m.quantized_growth_ci_high;
+      y.quantized_growth_first_step = m.quantized_growth_first_step;
+      y.quantized_growth_last_step = m.quantized_growth_last_step;
+      x.recipes.push_back(y);
+    }
   }
   write_sweep_index((std::filesystem::path(outdir) / "sweep.h5").string(), x);
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "sweep/toml_text.hpp"
 #include "trace/h5.hpp"
@@ -116,6 +117,32 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 
 void write_record(const std::string& path, const RunRecord& r) { write_file_atomically(path, record_text(r)); }
 
+namespace {
+
+// The run summary attributes of a recipe group (mlp and lm write the same names through
+// trace/run_summary_attrs.hpp and their kLossGapMeanAttr / kQuantizedWeightRelErrorAttr).
+// A trace written before them has none of them: the fields keep their "unknown" values.
+void read_headline(const h5::Group& g, RecipeMetrics& r) {
+  static_assert(std::string_view(mlp_trace::kLossGapMeanAttr) == lm_trace::kLossGapMeanAttr);
+  static_assert(std::string_view(mlp_trace::kQuantizedWeightRelErrorAttr) == lm_trace::kQuantizedWeightRelErrorAttr);
+  if (g.has_attr(mlp_trace::kLossGapMeanAttr)) {
+    r.rel_loss_gap_window_mean = g.get_attr_double(mlp_trace::kLossGapMeanAttr);
+    r.gap_window_first_step = g.get_attr_int64("gap_window_first_step");
+    r.gap_window_last_step = g.get_attr_int64("gap_window_last_step");
+  }
+  if (g.has_attr(mlp_trace::kQuantizedWeightRelErrorAttr))
+    r.quantized_weight_rel_error = g.get_attr_double(mlp_trace::kQuantizedWeightRelErrorAttr);
+  if (g.has_attr("quantized_growth_exponent")) {
+    r.quantized_growth_exponent = g.get_attr_double("quantized_growth_exponent");
+    const std::vector<double> ci = g.get_attr_double_vector("quantized_growth_ci");
+    const std::vector<std::int64_t> win = g.get_attr_int64_vector("quantized_growth_window");
+    if (ci.size() == 2) r.quantized_growth_ci_low = ci[0], r.quantized_growth_ci_high = ci[1];
+    if (win.size() == 2) r.quantized_growth_first_step = win[0], r.quantized_growth_last_step = win[1];
+  }
+}
+
+}  // namespace
+
 RunMetrics read_metrics(const std::string& trace) {
   namespace sd = sum_dot_trace;
   namespace ml = mlp_trace;
@@ -144,6 +171,7 @@ RunMetrics read_metrics(const std::string& trace) {
       if (!err.empty()) r.final_weight_rel_error = err.back();  // the last layer at the last compare
       r.growth_exponent = g.get_attr_double(ml::kGrowthExponentAttr);
       r.first_nonfinite_step = g.get_attr_int64(ml::kFirstNonfiniteStepAttr);
+      read_headline(g, r);
       m.recipes.push_back(r);
     }
   }
@@ -164,6 +192,7 @@ RunMetrics read_metrics(const std::string& trace) {
       r.first_nonfinite_step = g.get_attr_int64(lt::kFirstNonfiniteStepAttr);
       r.tail_loss = g.get_attr_double(lt::kTailLossAttr);
       r.tail_rel_loss_gap = g.get_attr_double(lt::kTailRelLossGapAttr);
+      read_headline(g, r);
       m.recipes.push_back(r);
     }
   }

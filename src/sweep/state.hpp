@@ -54,6 +54,14 @@ struct RecipeMetrics {
   double final_loss = NAN, final_rel_loss_gap = NAN, final_weight_rel_error = NAN, growth_exponent = NAN;
   long long first_nonfinite_step = -1;
   double tail_loss = NAN, tail_rel_loss_gap = NAN;  // lm: means of the last tenth of the records
+  // The run summary's headline (docs/numerics.md 8g), copied from the recipe group's attributes
+  // so that the index and the run's own summary cannot disagree. NaN / -1 when the trace
+  // predates those attributes; the older fields above then remain the only values.
+  double rel_loss_gap_window_mean = NAN;
+  long long gap_window_first_step = -1, gap_window_last_step = -1;
+  double quantized_weight_rel_error = NAN;
+  double quantized_growth_exponent = NAN, quantized_growth_ci_low = NAN, quantized_growth_ci_high = NAN;
+  long long quantized_growth_first_step = -1, quantized_growth_last_step = -1;
 };
 struct RunMetrics {
   double reference_final_loss = NAN;           // mlp, lm

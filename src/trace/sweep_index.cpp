@@ -116,11 +116,27 @@ void write_summary_recipes(h5::Group rec, const std::vector<SweepIndexRecipe>& m
   rec.write("first_nonfinite_step", column(m, [](const SweepIndexRecipe& v) { return v.first_nonfinite_step; }));
   rec.write("tail_loss", column(m, [](const SweepIndexRecipe& v) { return v.tail_loss; }));
   rec.write("tail_rel_loss_gap", column(m, [](const SweepIndexRecipe& v) { return v.tail_rel_loss_gap; }));
+  rec.write("rel_loss_gap_window_mean", column(m, [](const SweepIndexRecipe& v) { return v.rel_loss_gap_window_mean; }));
+  rec.write("gap_window_first_step", column(m, [](const SweepIndexRecipe& v) { return v.gap_window_first_step; }));
+  rec.write("gap_window_last_step", column(m, [](const SweepIndexRecipe& v) { return v.gap_window_last_step; }));
+  rec.write("quantized_weight_rel_error",
+            column(m, [](const SweepIndexRecipe& v) { return v.quantized_weight_rel_error; }));
+  rec.write("quantized_growth_exponent", column(m, [](const SweepIndexRecipe& v) { return v.quantized_growth_exponent; }));
+  rec.write("quantized_growth_ci_low", column(m, [](const SweepIndexRecipe& v) { return v.quantized_growth_ci_low; }));
+  rec.write("quantized_growth_ci_high", column(m, [](const SweepIndexRecipe& v) { return v.quantized_growth_ci_high; }));
+  rec.write("quantized_growth_first_step",
+            column(m, [](const SweepIndexRecipe& v) { return v.quantized_growth_first_step; }));
+  rec.write("quantized_growth_last_step",
+            column(m, [](const SweepIndexRecipe& v) { return v.quantized_growth_last_step; }));
   // One dimension, the (run, recipe) rows, named by a row index (dims.hpp).
   const h5::Dataset dim = dims::index(rec, "row", m.size(), "(complete run, recipe) row");
-  for (const char* name : {"run", "id", "recipe", "final_loss", "tail_loss", "first_nonfinite_step"})
+  for (const char* name : {"run", "id", "recipe", "final_loss", "tail_loss", "first_nonfinite_step",
+                           "gap_window_first_step", "gap_window_last_step", "quantized_growth_first_step",
+                           "quantized_growth_last_step"})
     dims::name_axes(rec.open_dataset(name), {dim}, "");
-  for (const char* name : {"final_rel_loss_gap", "final_weight_rel_error", "growth_exponent", "tail_rel_loss_gap"})
+  for (const char* name : {"final_rel_loss_gap", "final_weight_rel_error", "growth_exponent", "tail_rel_loss_gap",
+                           "rel_loss_gap_window_mean", "quantized_weight_rel_error", "quantized_growth_exponent",
+                           "quantized_growth_ci_low", "quantized_growth_ci_high"})
     dims::name_axes(rec.open_dataset(name), {dim}, "1");
 }
 

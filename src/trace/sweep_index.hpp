@@ -28,6 +28,12 @@ struct SweepIndexRecipe {  // a row of /summary_recipes
   double final_loss = 0, final_rel_loss_gap = 0, final_weight_rel_error = 0, growth_exponent = 0;
   std::int64_t first_nonfinite_step = -1;
   double tail_loss = 0, tail_rel_loss_gap = 0;  // lm; NaN otherwise
+  // The run's summary headline (its trace's attributes); NaN / -1 for a trace without them.
+  double rel_loss_gap_window_mean = 0;
+  std::int64_t gap_window_first_step = -1, gap_window_last_step = -1;
+  double quantized_weight_rel_error = 0;
+  double quantized_growth_exponent = 0, quantized_growth_ci_low = 0, quantized_growth_ci_high = 0;
+  std::int64_t quantized_growth_first_step = -1, quantized_growth_last_step = -1;
 };
 
 struct SweepIndex {

@@ -89,6 +89,62 @@ def assert_same(a: dict[str, bytes], b: dict[str, bytes], what: str) -> None:
     assert not differ, f"{what}: datasets differ bit-wise: {[k for k in differ if 'checkpoint' not in k][:8]} and {len(differ)} in all"
 
 
+HEADLINE = ("rel_loss_gap_window_mean", "quantized_weight_rel_error", "quantized_growth_exponent")
+
+
+def assert_headline_is_the_runs_summary(out: Path, idx) -> None:
+    """Every /summary_recipes row carries its run's summary headline: equal bit for bit to the
+    trace's own attributes, and recomputed here from the trace's arrays with stats.py (the
+    window mean, the Frobenius aggregate over the quantized layers, the last factor-2 slope) as
+    an independent check. The recomputation sums in another order than fp4drift (fsum, numpy),
+    so it agrees to rounding: the relative tolerance 1e-12 is ~1000 double ulps, far above the
+    error of a sum of <= 400 terms or a 20-point least-squares slope, far below any
+    difference between definitions (the last record vs the window mean differ by percent)."""
+    from fp4drift_analysis.stats import aggregate_rel_error, final_growth_window, window_mean_gap
+    for i, rid in enumerate(idx.ids):
+        if idx.summary["status"][i] != "complete":
+            continue
+        run = idx.run(rid)
+        with h5py.File(out / "runs" / rid / "trace.h5", "r") as f:
+            norms = np.asarray(f["mlp/reference"].attrs["final_weight_sq_norm"], dtype=float)
+            attrs = {r: dict(f["mlp/runs"][r].attrs) for r in f["mlp/runs"]}
+        for row in np.flatnonzero(idx.recipes["run"] == i):
+            name = str(idx.recipes["recipe"][row])
+            a, r = attrs[name], run.run(name)
+            col = {k: idx.recipes[k][row] for k in idx.recipes}
+            # the trace's attributes, bit for bit
+            np.testing.assert_equal(col["rel_loss_gap_window_mean"], a["rel_loss_gap_window_mean"])
+            assert (col["gap_window_first_step"], col["gap_window_last_step"]) == \
+                (a["gap_window_first_step"], a["gap_window_last_step"])
+            np.testing.assert_equal(col["quantized_weight_rel_error"], a["quantized_weight_rel_error"])
+            np.testing.assert_equal(col["quantized_growth_exponent"], a["quantized_growth_exponent"])
+            np.testing.assert_equal([col["quantized_growth_ci_low"], col["quantized_growth_ci_high"]],
+                                    a["quantized_growth_ci"])
+            assert [col["quantized_growth_first_step"], col["quantized_growth_last_step"]] == \
+                list(a["quantized_growth_window"])
+            # recomputed from the arrays
+            w = window_mean_gap(run.step, r.rel_loss_gap)
+            assert col["rel_loss_gap_window_mean"] == pytest.approx(w.mean, rel=1e-12, abs=0)
+            assert (col["gap_window_first_step"], col["gap_window_last_step"]) == (w.first_step, w.last_step)
+            q = np.atleast_1d(a["quantized_layers"]).astype(int)
+            if q.size == 0:  # a recipe that quantizes nothing has no headline weight error
+                assert np.isnan(col["quantized_weight_rel_error"]) and np.isnan(col["quantized_growth_exponent"])
+                continue
+            agg = aggregate_rel_error(r.weight_rel_error[-1:, q], norms[q])[0]
+            assert col["quantized_weight_rel_error"] == pytest.approx(agg, rel=1e-12, abs=0)
+            g = final_growth_window(run.compare_step, aggregate_rel_error(r.weight_rel_error[:, q], norms[q]))
+            if np.isfinite(g.exponent):
+                assert col["quantized_growth_exponent"] == pytest.approx(g.exponent, rel=1e-9, abs=1e-12)
+                assert [col["quantized_growth_first_step"], col["quantized_growth_last_step"]] == \
+                    [g.first_step, g.last_step]
+            else:
+                assert np.isnan(col["quantized_growth_exponent"])
+            # not the old definitions under new names
+            assert col["final_rel_loss_gap"] == r.rel_loss_gap[-1]
+            assert col["final_weight_rel_error"] == r.weight_rel_error[-1, -1]
+    assert not idx.fallbacks
+
+
 def test_local_two_workers_every_run_once_and_equal_to_single_runs(tmp_path: Path) -> None:
     s = make_sweep(tmp_path, 20, [1, 2])
     out = tmp_path / "out"
@@ -117,6 +173,7 @@ def test_local_two_workers_every_run_once_and_equal_to_single_runs(tmp_path: Pat
         assert list(idx.recipes["recipe"][rows]) == ["nvfp4", "bf16"]
         assert idx.recipes["final_loss"][rows[0]] == run.runs[0].loss[-1]
         assert idx.summary["reference_final_loss"][i] == run.reference_loss[-1]
+    assert_headline_is_the_runs_summary(out, idx)
     # Different seeds give different trajectories (the overrides are not ignored).
     assert idx.summary["reference_final_loss"][0] != idx.summary["reference_final_loss"][1]
     # The index links every trace.
@@ -211,6 +268,8 @@ def test_killed_sweep_resumes_without_duplicating_work(tmp_path: Path) -> None:
         assert att[r] == (2 if r in stopped else 1), (r, att[r])
     for r in done:
         assert (out / "runs" / r / "trace.h5").stat().st_mtime_ns == stamp[r]
+    assert_headline_is_the_runs_summary(out, idx)  # 200 steps: finite growth exponents too
+    assert np.isfinite(idx.recipes["quantized_growth_exponent"]).any()
     for r in checkpoint:
         with h5py.File(out / "runs" / r / "trace.h5", "r") as f:
             # continued from its checkpoint, not restarted (a run stopped before its first

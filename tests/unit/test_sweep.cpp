@@ -1,15 +1,23 @@
 // Sweep expansion (src/sweep/expand.hpp): grid x list products in a stated order, ids stable
 // across expansions and independent of how a value is spelled, overrides replacing or adding
-// keys in the config text, and every malformed sweep refused before anything runs.
+// keys in the config text, and every malformed sweep refused before anything runs; the index's
+// per-recipe rows carrying each run's summary headline.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "support/catch.hpp"
 #include "support/config_error.hpp"
 #include "sweep/expand.hpp"
+#include "sweep/index.hpp"
 #include "sweep/state.hpp"
 #include "sweep/toml_text.hpp"
+#include "trace/h5.hpp"
 #include "util/config.hpp"
 
 using fp4d::Config;
@@ -227,4 +235,100 @@ TEST_CASE("sweep: what cannot be edited line by line is refused, not mangled", "
   // Records stay TOML whatever an error message holds: control bytes and invalid UTF-8.
   const std::string odd = "a\x01\x7f\xff \xc3\xa9\n\"";
   CHECK(Config::parse("v = " + sw::toml_quote(odd)).get_string("v") == "a\x01\x7f\xef\xbf\xbd \xc3\xa9\n\"");
+}
+
+namespace {
+// A trace with what read_metrics reads of an mlp run: two recipes, "new" with the run summary
+// attributes, "old" without them (a trace written before they existed).
+void write_mlp_trace(const std::string& path) {
+  fp4d::h5::File f = fp4d::h5::File::create(path);
+  fp4d::h5::Group root = f.root();
+  fp4d::h5::Group mlp = root.create_group("mlp");
+  mlp.set_attr("recipes", "new,old");
+  mlp.create_group("reference").write("loss", std::vector<double>{2.0, 1.5, 1.25});
+  fp4d::h5::Group runs = mlp.create_group("runs");
+  for (const char* name : {"new", "old"}) {
+    fp4d::h5::Group g = runs.create_group(name);
+    g.write("loss", std::vector<double>{2.2, 1.6, 1.3});
+    g.write("rel_loss_gap", std::vector<double>{0.1, 1.0 / 15, 0.04});
+    // two compares x three layers: the last layer's last error is 0.03
+    g.write("weight_rel_error", std::vector<double>{0.001, 0.002, 0.003, 0.01, 0.02, 0.03}, fp4d::h5::Dims{2, 3});
+    g.set_attr("weight_error_growth_exponent", 0.75);
+    g.set_attr("first_nonfinite_step", std::int64_t{-1});
+  }
+  fp4d::h5::Group g = root.open_group("mlp/runs/new");
+  g.set_attr("rel_loss_gap_window_mean", 0.0688);
+  g.set_attr("gap_window_first_step", std::int64_t{0});
+  g.set_attr("gap_window_last_step", std::int64_t{2});
+  g.set_attr("quantized_weight_rel_error", 0.0213);
+  g.set_attr("quantized_growth_exponent", 0.61);
+  g.set_attr("quantized_growth_ci", std::vector<double>{0.52, 0.70});
+  g.set_attr("quantized_growth_window", std::vector<std::int64_t>{110, 200});
+}
+}  // namespace
+
+TEST_CASE("sweep: the index records each run's summary headline, and NaN where a trace predates it", "[sweep]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("fp4d_sweep_headline_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const sw::Sweep s = expand("base = \"b\"\n[grid.sum]\nseed = [1]\n");
+  const sw::RunPaths p(dir.string(), s.runs.at(0).id);
+  std::filesystem::create_directories(p.dir);
+  write_mlp_trace(p.trace);
+
+  const sw::RunMetrics m = sw::read_metrics(p.trace);
+  REQUIRE(m.recipes.size() == 2);
+  const sw::RecipeMetrics& n = m.recipes[0];
+  const sw::RecipeMetrics& o = m.recipes[1];
+  // The headline is the trace's attributes, copied (not recomputed from the arrays).
+  CHECK(n.rel_loss_gap_window_mean == 0.0688);
+  CHECK(n.gap_window_first_step == 0);
+  CHECK(n.gap_window_last_step == 2);
+  CHECK(n.quantized_weight_rel_error == 0.0213);
+  CHECK(n.quantized_growth_exponent == 0.61);
+  CHECK(n.quantized_growth_ci_low == 0.52);
+  CHECK(n.quantized_growth_ci_high == 0.70);
+  CHECK(n.quantized_growth_first_step == 110);
+  CHECK(n.quantized_growth_last_step == 200);
+  // The older fields keep their meaning: the last record, the last layer, the whole-run fit.
+  for (const sw::RecipeMetrics* r : {&n, &o}) {
+    CHECK(r->final_rel_loss_gap == 0.04);
+    CHECK(r->final_weight_rel_error == 0.03);
+    CHECK(r->growth_exponent == 0.75);
+  }
+  // A trace without the summary attributes: unknown, not a stand-in value.
+  CHECK(std::isnan(o.rel_loss_gap_window_mean));
+  CHECK(o.gap_window_first_step == -1);
+  CHECK(std::isnan(o.quantized_weight_rel_error));
+  CHECK(std::isnan(o.quantized_growth_exponent));
+  CHECK(std::isnan(o.quantized_growth_ci_low));
+  CHECK(o.quantized_growth_last_step == -1);
+
+  sw::RunRecord rec;
+  rec.status = "complete";
+  sw::write_index(dir.string(), s, {rec}, {m}, sw::IndexInfo{"complete", "local", 1, "fp4drift sweep s.toml"});
+  {
+    const fp4d::h5::File f = fp4d::h5::File::open_read((dir / "sweep.h5").string());
+    const fp4d::h5::Group r = f.root().open_group("summary_recipes");
+    const std::vector<double> gap = r.read<double>("rel_loss_gap_window_mean");
+    const std::vector<double> werr = r.read<double>("quantized_weight_rel_error");
+    const std::vector<double> growth = r.read<double>("quantized_growth_exponent");
+    const std::vector<double> lo = r.read<double>("quantized_growth_ci_low");
+    const std::vector<double> hi = r.read<double>("quantized_growth_ci_high");
+    const std::vector<std::int64_t> gfirst = r.read<std::int64_t>("gap_window_first_step");
+    const std::vector<std::int64_t> glast = r.read<std::int64_t>("gap_window_last_step");
+    const std::vector<std::int64_t> wfirst = r.read<std::int64_t>("quantized_growth_first_step");
+    const std::vector<std::int64_t> wlast = r.read<std::int64_t>("quantized_growth_last_step");
+    const std::vector<double> last = r.read<double>("final_rel_loss_gap");
+    REQUIRE(gap.size() == 2);
+    CHECK(gap[0] == 0.0688);
+    CHECK(werr[0] == 0.0213);
+    CHECK(growth[0] == 0.61);
+    CHECK((lo[0] == 0.52 && hi[0] == 0.70));
+    CHECK((gfirst[0] == 0 && glast[0] == 2 && wfirst[0] == 110 && wlast[0] == 200));
+    CHECK((std::isnan(gap[1]) && std::isnan(werr[1]) && std::isnan(growth[1]) && std::isnan(lo[1])));
+    CHECK((gfirst[1] == -1 && wlast[1] == -1));
+    CHECK((last[0] == 0.04 && last[1] == 0.04));
+  }
+  std::filesystem::remove_all(dir);
 }
