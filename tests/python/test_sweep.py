@@ -498,3 +498,32 @@ def test_runs_orphaned_by_a_killed_sweep_keep_the_directory_locked(tmp_path: Pat
     idx = load_sweep(str(out / "sweep.h5"))
     # The orphan finished the run; the sweep takes its trace as it is.
     assert list(idx.summary["status"]) == ["complete"] and list(idx.summary["attempts"]) == [1]
+
+
+def test_lm_sweep_rows_carry_the_runs_summary_headline(tmp_path: Path) -> None:
+    """lm runs: the headline columns are the traces' attributes bit for bit, the loss gap the
+    window mean recomputed with stats.py; the older columns keep the whole model's error."""
+    from fp4drift_analysis.stats import window_mean_gap
+    from test_lm_analysis import LM_CONFIG, UNFUSED  # the small lm model those tests use
+
+    (tmp_path / "base.toml").write_text(LM_CONFIG.format(**UNFUSED).replace("steps = 20", "steps = 10"))
+    (tmp_path / "sweep.toml").write_text('base = "base.toml"\nworkers = 1\n[grid.lm]\nseed = [1, 2]\n')
+    out = tmp_path / "out"
+    p = sweep(tmp_path / "sweep.toml", out, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr
+    idx = load_sweep(str(out / "sweep.h5"))
+    assert len(idx.recipes["recipe"]) == 2 and not idx.fallbacks
+    for row, run_index in enumerate(idx.recipes["run"]):
+        rid, name = idx.ids[int(run_index)], str(idx.recipes["recipe"][row])
+        with h5py.File(out / "runs" / rid / "trace.h5", "r") as f:
+            a = dict(f["lm/runs"][name].attrs)
+        for k in ("rel_loss_gap_window_mean", "quantized_weight_rel_error", "quantized_growth_exponent"):
+            np.testing.assert_equal(idx.recipes[k][row], a[k], err_msg=k)
+        t = idx.run(rid)
+        r = t.run(name)
+        w = window_mean_gap(t.step, r.rel_loss_gap)
+        assert idx.recipes["rel_loss_gap_window_mean"][row] == pytest.approx(w.mean, rel=1e-12, abs=0)
+        assert (idx.recipes["gap_window_first_step"][row], idx.recipes["gap_window_last_step"][row]) == \
+            (w.first_step, w.last_step)
+        assert np.isfinite(idx.recipes["quantized_weight_rel_error"][row])
+        assert idx.recipes["final_weight_rel_error"][row] == r.weight_rel_error_total[-1]
