@@ -169,9 +169,14 @@ int run_accumulator(const AccumulatorArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["probes"] = nlohmann::ordered_json::array();
-    for (const auto& p : probes)
-      j["probes"].push_back({{"path", p.path}, {"placement", p.placement}, {"k", p.K}, {"kept_bits", p.kept_bits},
-                             {"max_t", p.max_t}});
+    j["promotion"] = nlohmann::ordered_json::array();
+    for (const auto& p : probes) {
+      if (p.placement == "promotion")
+        j["promotion"].push_back({{"path", p.path}, {"k", p.K}, {"promoted_small_terms", p.promoted_small_terms}});
+      else
+        j["probes"].push_back({{"path", p.path}, {"placement", p.placement}, {"k", p.K}, {"kept_bits", p.kept_bits},
+                               {"max_t", p.max_t}});
+    }
     j["sweep"] = nlohmann::ordered_json::array();
     for (const SweepRow& r : rows)
       j["sweep"].push_back({{"data", r.data}, {"path", r.path}, {"k", r.K}, {"gpu_bits_min", r.gpu.min},
@@ -191,8 +196,21 @@ int run_accumulator(const AccumulatorArgs& a) {
               "a float32 accumulator with RN keeps 23)\n");
   std::printf("%-22s %-12s %7s %10s %8s\n", "path", "placement", "K", "kept bits", "max t");
   for (const auto& p : probes)
-    std::printf("%-22s %-12s %7lld %10d %8d\n", p.path.c_str(), p.placement.c_str(), static_cast<long long>(p.K),
-                p.kept_bits, p.max_t);
+    if (p.placement != "promotion")
+      std::printf("%-22s %-12s %7lld %10d %8d\n", p.path.c_str(), p.placement.c_str(), static_cast<long long>(p.K),
+                  p.kept_bits, p.max_t);
+  std::printf("\npromotion: 1 then K - 1 products 2^-18 (lost beside 1 in 13 fraction bits, exact in FP32): how many "
+              "reach the result, and what that says\n");
+  for (const auto& p : probes) {
+    if (p.placement != "promotion") continue;
+    const std::int64_t kept = p.promoted_small_terms, K = p.K;
+    const std::string meaning = kept == K - 1 ? "none lost (FP32 accumulation)"
+                                : kept == 0   ? "all lost: no promotion to FP32 within K"
+                                : kept > 0    ? "promoted every " + std::to_string(K - kept) + " products"
+                                              : "not of the form 1 + m 2^-18 (another accumulation than assumed)";
+    std::printf("%-22s K=%-7lld kept %lld of %lld: %s\n", p.path.c_str(), static_cast<long long>(K),
+                static_cast<long long>(kept), static_cast<long long>(K - 1), meaning.c_str());
+  }
   std::printf("\nrandom operands, M=%lld N=%lld: bits kept = -log2(|C - exact| / sum|ab|) per element "
               "(GPU | CPU sequential float32 model of the same operands)\n",
               static_cast<long long>(a.m), static_cast<long long>(a.n));

@@ -16,6 +16,13 @@ struct AccumulatorProbe {
   std::int64_t K = 0;
   int kept_bits = 0;
   int max_t = 0;  // largest t the probe could represent in that input format
+  // Placement "promotion": one product 1 at k = 0 and K - 1 products 2^-18 after it, below what an
+  // accumulator of 13 fraction bits (Hopper's FP8 MMA) keeps beside 1 but exact in FP32. The
+  // number of small products that reached the result: K - 1 where nothing is lost (an FP32
+  // accumulator), 0 where nothing is promoted to FP32 within K, K - n where the partial sums are
+  // promoted every n products (the first chunk's small products are lost beside the 1). -1 for
+  // the other placements.
+  std::int64_t promoted_small_terms = -1;
 };
 
 }  // namespace fp4d

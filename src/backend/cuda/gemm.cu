@@ -292,6 +292,48 @@ AccumulatorProbe run_probe(const ProbeFormat& f, std::int64_t K, const char* pla
   return p;
 }
 
+// The promotion probe (accumulator_probe.hpp): row 0 of A and B hold 1 at k = 0 and 2^-9 at
+// every other k (2^-9 is exact in every probed format, E4M3's smallest subnormal), so the
+// products are 1 and K - 1 times 2^-18; the result is 1 + (small products kept) 2^-18, exact in
+// float32 for K <= 2^23.
+AccumulatorProbe run_promotion_probe(const ProbeFormat& f, std::int64_t K) {
+  const std::int64_t M = 16, N = 16, ld = round_up(K, 16);
+  std::vector<float> a(static_cast<std::size_t>(M * ld), 0.0f), b(static_cast<std::size_t>(N * ld), 0.0f);
+  for (std::int64_t k = 0; k < K; ++k) a[static_cast<std::size_t>(k)] = b[static_cast<std::size_t>(k)] = k == 0 ? 1.0f : 0x1p-9f;
+  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (probe C)");
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = g.tb = f.type;
+  g.k_order = true;
+  float one = 1.0f;
+  g.alpha = &one;
+  std::vector<float> c(static_cast<std::size_t>(M * N));
+  if (f.fp8) {
+    std::vector<std::uint8_t> a8(a.size()), b8(b.size());
+    std::transform(a.begin(), a.end(), a8.begin(), e4m3_bits_of);
+    std::transform(b.begin(), b.end(), b8.begin(), e4m3_bits_of);
+    DeviceBuffer<std::uint8_t> da(a8, "cudaMemcpy (probe A)"), db(b8, "cudaMemcpy (probe B)");
+    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (probe scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
+    g.a = da.p, g.b = db.p, g.scale_a = sa.p, g.scale_b = sb.p, g.fast_accumulation = f.fast;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  } else {
+    std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+    std::transform(a.begin(), a.end(), a16.begin(), f.encode16);
+    std::transform(b.begin(), b.end(), b16.begin(), f.encode16);
+    DeviceBuffer<std::uint16_t> da(a16, "cudaMemcpy (probe A)"), db(b16, "cudaMemcpy (probe B)");
+    g.a = da.p, g.b = db.p;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  }
+  AccumulatorProbe p;
+  p.path = f.path;
+  p.placement = "promotion";
+  p.K = K;
+  const double kept = (static_cast<double>(c[0]) - 1.0) * 0x1p18;
+  p.promoted_small_terms = kept == std::floor(kept) && kept >= 0 ? static_cast<std::int64_t>(kept) : -2;  // -2: not 1 + m 2^-18
+  return p;
+}
+
 }  // namespace
 
 std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>& ks) {
@@ -308,6 +350,7 @@ std::vector<AccumulatorProbe> probe_accumulators(const std::vector<std::int64_t>
       out.push_back(run_probe(f, K, "adjacent", 0, 1));
       out.push_back(run_probe(f, K, "far", 0, K - 1));
       out.push_back(run_probe(f, K, "small-first", K - 1, 0));
+      out.push_back(run_promotion_probe(f, K));
     }
   }
   return out;
