@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ss.add_argument("sweep", help="a sweep index (OUT/sweep.h5)")
     ss.add_argument("--group-by", default="", help="comma list of override keys (or `entry`, the list entry); "
                     "the recipe is always one")
-    ss.add_argument("--metric", default="tail_loss", help="a /summary_recipes column (tail_loss, growth_exponent, "
-                    "final_weight_rel_error, ...) or a numeric /summary one (default: tail_loss)")
+    ss.add_argument("--metric", default="tail_loss", help="a /summary_recipes column (tail_loss, rel_loss_gap_window_mean, "
+                    "quantized_weight_rel_error, quantized_growth_exponent, ...) or a numeric /summary one (default: tail_loss)")
     ss.add_argument("--seed-key", help="the key that numbers the replicates (default: the first of lm.seed, "
                     "mlp.seed, seed the sweep overrides)")
     ss.add_argument("--baseline", help="recipe to pair every other recipe with, seed by seed")
