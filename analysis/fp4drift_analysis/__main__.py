@@ -14,8 +14,9 @@ with the environment scripts/setup made (source .venv/bin/activate, or .venv/bin
   ablation T.h5 ... --out F.png         bars: loss gap (window mean) and weight error per recipe
   fit T.h5 ... [--window LO:HI]         growth-exponent fits over a stated window (OLS and HAC CIs)
                                         and the local exponents, as a table
-fit, compare, plot-growth and ablation also take a sweep index (OUT/sweep.h5) for the traces of its
-complete runs, labelled by their overrides; --where KEY=VALUE (repeatable) selects runs.
+Every command that reads run traces also takes a sweep index (OUT/sweep.h5) for the traces of its
+complete runs, labelled by their overrides; --where KEY=VALUE (repeatable) selects runs. plot-lm,
+plot-heatmap and plot-stats draw one run: their --where must select exactly one.
 A run still being written (or stopped, failed or killed) is refused unless --allow-incomplete, which
 plot-run, plot-lm, plot-growth, plot-heatmap, plot-stats, compare, ablation and fit take: the trace
 is then read as far as it goes (in SWMR mode while its run writes it), and the title or label says
@@ -100,7 +101,7 @@ def _fit_table(paths: list[str], confidence: float, labels: dict[str, str] | Non
           "trajectory; HAC = Newey-West; docs/analysis.md)")
 
 
-def _bias_table(paths: list[str], confidence: float) -> int:
+def _bias_table(paths: list[str], confidence: float, labels: dict[str, str] | None = None) -> int:
     biased = 0
     for p in paths:
         r = load_run(p)
@@ -108,8 +109,20 @@ def _bias_table(paths: list[str], confidence: float) -> int:
             raise SchemaError(f"{p}: bias needs a sum/dot trace")
         t = sr_bias_test(r.error[-1, :], confidence)
         biased += not t.unbiased
-        print(f"{Path(p).name} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
+        print(f"{(labels or {}).get(p, Path(p).name)} ({r.label}), n = {int(r.n[-1])}: {t.summary()}")
     return biased
+
+
+def _one_trace(command: str, path: str, where: list[str] | None, allow_incomplete: bool) -> str:
+    """The one trace a single-trace command draws: the path itself, or the one run of a sweep index
+    that --where selects (a selection of several is refused, naming them)."""
+    from .sweep import expand_traces
+    paths, labels = expand_traces([path], where, allow_incomplete)
+    if len(paths) != 1:
+        names = ", ".join(labels.get(t, t) for t in paths[:6]) + (", ..." if len(paths) > 6 else "")
+        raise ValueError(f"{path}: {command} draws one run and the sweep index stands for {len(paths)} ({names}); "
+                         "select one with --where KEY=VALUE")
+    return paths[0]
 
 
 def _sweep_stats(a) -> None:
@@ -199,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     WHERE = ("a sweep index (OUT/sweep.h5) stands for its complete runs' traces, labelled by their "
              "overrides; KEY=VALUE selects the runs (repeatable; KEY an override key or `entry`)")
     g.add_argument("--where", action="append", help=WHERE)
+    for s in (r, lm, h, st):
+        s.add_argument("--where", action="append", help=WHERE + (" (the plot draws one run: select one)"
+                                                                   if s is not r else ""))
     c = cmd("compare", "overlay several traces (RN vs SR, RHT on/off, ablations)", many=True)
     c.add_argument("--recipes", help="comma list (default: all)")
     c.add_argument("--where", action="append", help=WHERE)
@@ -219,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bias", help="SR bias test across seeds (sum/dot traces); exit 1 if biased")
     b.add_argument("traces", nargs="+")
     b.add_argument("--confidence", type=float, default=0.99)
+    b.add_argument("--where", action="append", help=WHERE)
     ss = sub.add_parser("sweep-stats", help="a sweep's metric grouped by config keys: mean over seeds with t "
                         "intervals, paired gaps to a baseline recipe")
     ss.add_argument("sweep", help="a sweep index (OUT/sweep.h5)")
@@ -248,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         labels = None
-        if a.command in ("fit", "compare", "plot-growth", "ablation"):
+        if a.command in ("fit", "compare", "plot-growth", "ablation", "plot-run", "bias"):
             from .sweep import expand_traces
-            a.traces, labels = expand_traces(a.traces, a.where, a.allow_incomplete)
+            a.traces, labels = expand_traces(a.traces, a.where, getattr(a, "allow_incomplete", False))
+        if a.command in ("plot-lm", "plot-heatmap", "plot-stats"):
+            a.trace = _one_trace(a.command, a.trace, a.where, a.allow_incomplete)
         if a.command == "fit":
             _fit_table(a.traces, a.confidence, labels, a.allow_incomplete, _parse_window(a.window))
             return 0
@@ -258,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             _sweep_stats(a)
             return 0
         if a.command == "bias":
-            return 1 if _bias_table(a.traces, a.confidence) else 0
+            return 1 if _bias_table(a.traces, a.confidence, labels) else 0
         if a.command == "plot-quantize":
             plots.plot_quantize(a.trace, a.out)
         elif a.command == "plot-gemm":

@@ -282,3 +282,40 @@ def test_headline_columns_are_read_as_written(index, capsys):
     assert cell["values"] == pytest.approx([0.02, 0.022, 0.024], rel=1e-15)
     err = _error(capsys, ["sweep-stats", str(index), "--group-by", "mlp.lr", "--metric", "quantized_growth_exponent"])
     assert "not finite" in err and "predate the run summary" in err
+
+
+@pytest.mark.skipif(not (EXE and os.access(EXE, os.X_OK)),
+                    reason="FP4DRIFT_EXE not set to the fp4drift binary")
+def test_single_run_plots_and_bias_take_a_sweep_index(tmp_path, capsys):
+    """plot-run, plot-heatmap and plot-stats draw the one run --where selects from a real mlp
+    sweep (several are refused, naming them); bias tests every run of a sum sweep, labelled by
+    its overrides."""
+    (tmp_path / "base.toml").write_text('workload = "mlp"\n[mlp]\nwidths = [16, 32, 16]\nbatch = 16\nseed = 1\n'
+                                        'teacher_width = 32\nlr = 0.02\nsteps = 30\n[recipes]\nnames = ["nvfp4", "bf16"]\n'
+                                        '[reference]\ncompare_every = 5\n[trace]\nevery = 1\nflush_every = 10\n')
+    (tmp_path / "sweep.toml").write_text('base = "base.toml"\nworkers = 2\n[grid.mlp]\nseed = [1, 2]\n')
+    p = subprocess.run([EXE, "sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    idx = str(tmp_path / "out" / "sweep.h5")
+    for command in ("plot-run", "plot-heatmap", "plot-stats"):
+        out = tmp_path / f"{command}.png"
+        assert main([command, idx, "--where", "mlp.seed=2", "--out", str(out)]) == 0, command
+        assert out.stat().st_size > 1000
+    capsys.readouterr()
+    assert main(["plot-heatmap", idx, "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "stands for 2" in err and "mlp.seed=1" in err and "select one with --where" in err, err
+    assert not (tmp_path / "x.png").exists()
+
+    # Sums of ones in FP16 with exact SR over 16 seeds each: unbiased, so bias exits 0 (a fixed
+    # outcome for these seeds; the test's confidence is 99%).
+    (tmp_path / "sum.toml").write_text('workload = "sum"\n[sum]\nterms = "constant"\nc = 1.0\nn = 4096\n'
+                                       'format = "fp16"\nrounding = "sr"\nsr_bits = 0\nruns = 16\nseed = 1\n')
+    (tmp_path / "sums.toml").write_text('base = "sum.toml"\nworkers = 2\n[grid.sum]\nseed = [1, 101]\n')
+    p = subprocess.run([EXE, "sweep", str(tmp_path / "sums.toml"), "--out", str(tmp_path / "sums")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert main(["bias", str(tmp_path / "sums" / "sweep.h5")]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if "n = 4096" in l]
+    assert len(lines) == 2 and lines[0].startswith("sum.seed=1 ") and lines[1].startswith("sum.seed=101 "), lines
