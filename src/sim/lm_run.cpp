@@ -166,7 +166,7 @@ void parse_data(Config& cfg, LmRunSpec& r) {
 
 void parse_recipes(Config& cfg, LmRunSpec& r) {
   parse_recipe_names(cfg, r.recipes, r.edge_recipe);
-  parse_accumulator(cfg, r.accumulator);
+  parse_accumulator(cfg, r.recipes, r.edge_recipe, r.accumulator);
   const auto blocks = static_cast<std::int64_t>(r.model.pattern.size());
   for (const std::int64_t b : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(b >= 0 && b < blocks, "recipes.high_precision_layers",

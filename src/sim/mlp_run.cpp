@@ -123,7 +123,7 @@ MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps) {
   within_limit("mlp.teacher_width", m.batch, m.teacher_width, "teacher activations for the batch");
 
   parse_recipe_names(cfg, r.recipes, r.edge_recipe);
-  parse_accumulator(cfg, r.accumulator);
+  parse_accumulator(cfg, r.recipes, r.edge_recipe, r.accumulator);
   for (const std::int64_t l : cfg.get_ints("recipes.high_precision_layers", {})) {
     cfg.require(l >= 0 && l + 1 < static_cast<std::int64_t>(m.widths.size()), "recipes.high_precision_layers",
                 "layer " + std::to_string(l) + " does not exist (" + std::to_string(m.widths.size() - 1) + " layers)");

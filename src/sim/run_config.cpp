@@ -20,12 +20,26 @@ void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::strin
   }
 }
 
-void parse_accumulator(Config& cfg, Accumulator& accumulator) {
+void parse_accumulator(Config& cfg, const std::vector<std::string>& names, const std::string& edge_recipe,
+                       Accumulator& accumulator) {
   const std::string name = cfg.get_string("recipes.accumulator", to_string(accumulator));
   try {
     accumulator = parse_accumulator(name);
   } catch (const std::invalid_argument& e) {
     cfg.require(false, "recipes.accumulator", e.what());
+  }
+  if (accumulator != Accumulator::Sm90) return;
+  std::vector<std::string> all = names;
+  all.push_back(edge_recipe);
+  for (const std::string& r : all) {
+    bool fp8 = false;
+    try {
+      fp8 = r != "fp32" && gemm_recipe(r).kind == GemmRecipe::Kind::Fp8;
+    } catch (const std::invalid_argument&) {
+      // an unknown name is reported against recipes.names by the caller's own check
+    }
+    cfg.require(!fp8, "recipes.accumulator",
+                "\"sm90\" does not model FP8 GEMMs (recipe '" + r + "'); it models the bf16, nvfp4 and mxfp4 recipes");
   }
 }
 

@@ -519,6 +519,15 @@ TEST_CASE("run mlp: [recipes] accumulator changes the CPU emulation's GEMMs, and
   CHECK(bad.err.find("recipes.accumulator") != std::string::npos);
   CHECK(bad.err.find("fp32-sequential, sm90, exact") != std::string::npos);
   require_no_output(d.file("bad.h5"));
+  // sm90 has no FP8 model: a config that would need one is refused before any trace exists.
+  const std::string fp8 = write_text(d, "fp8.toml",
+                                     "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 3\n"
+                                     "[recipes]\nnames = [\"bf16\", \"fp8\"]\naccumulator = \"sm90\"\n");
+  const Result no_fp8 = run("run " + fp8 + " --out " + d.file("fp8.h5"));
+  CHECK(no_fp8.status == 2);
+  CHECK(no_fp8.err.find("does not model FP8 GEMMs (recipe 'fp8')") != std::string::npos);
+  CHECK(lines(no_fp8.err) == 1);
+  require_no_output(d.file("fp8.h5"));
 }
 
 TEST_CASE("run mlp: reference off - the same low-precision losses, no reference, no compares") {
