@@ -226,6 +226,38 @@ std::uint8_t e4m3_bits_of(float x) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// C = A B^T of a probe's operands (row-major M x ld and N x ld floats, exact in the format) on
+// the GPU in format f, float32 out; k_order: only algorithms that sum in k order (LtGemm).
+std::vector<float> probe_product(const ProbeFormat& f, const std::vector<float>& a, const std::vector<float>& b,
+                                 std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t ld, bool k_order) {
+  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (probe C)");
+  LtGemm g;
+  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = g.tb = f.type;
+  g.k_order = k_order;
+  float one = 1.0f;
+  g.alpha = &one;
+  std::vector<float> c(static_cast<std::size_t>(M * N));
+  if (f.fp8) {
+    std::vector<std::uint8_t> a8(a.size()), b8(b.size());
+    std::transform(a.begin(), a.end(), a8.begin(), e4m3_bits_of);
+    std::transform(b.begin(), b.end(), b8.begin(), e4m3_bits_of);
+    DeviceBuffer<std::uint8_t> da(a8, "cudaMemcpy (probe A)"), db(b8, "cudaMemcpy (probe B)");
+    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (probe scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
+    g.a = da.p, g.b = db.p, g.scale_a = sa.p, g.scale_b = sb.p, g.fast_accumulation = f.fast;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  } else {
+    std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+    std::transform(a.begin(), a.end(), a16.begin(), f.encode16);
+    std::transform(b.begin(), b.end(), b16.begin(), f.encode16);
+    DeviceBuffer<std::uint16_t> da(a16, "cudaMemcpy (probe A)"), db(b16, "cudaMemcpy (probe B)");
+    g.a = da.p, g.b = db.p;
+    lt_matmul(g, nullptr);
+    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
+  }
+  return c;
+}
+
 // Row t - 1 probes 1 + 2^-t (times a power of two): big product at k_big, small one at k_small.
 // Two B rows give two scalings: j = 0: B = 1 at both positions; j = 1: B = 2^emax at k_big and
 // 2^emin at k_small, which stretches the representable ratio for narrow formats (FP8).
@@ -256,30 +288,7 @@ AccumulatorProbe run_probe(const ProbeFormat& f, std::int64_t K, const char* pla
     if (column[t] < 0) break;
     max_t = t;
   }
-  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (probe C)");
-  LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = g.tb = f.type;
-  float one = 1.0f;
-  g.alpha = &one;
-  std::vector<float> c(static_cast<std::size_t>(M * N));
-  if (f.fp8) {
-    std::vector<std::uint8_t> a8(a.size()), b8(b.size());
-    std::transform(a.begin(), a.end(), a8.begin(), e4m3_bits_of);
-    std::transform(b.begin(), b.end(), b8.begin(), e4m3_bits_of);
-    DeviceBuffer<std::uint8_t> da(a8, "cudaMemcpy (probe A)"), db(b8, "cudaMemcpy (probe B)");
-    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (probe scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
-    g.a = da.p, g.b = db.p, g.scale_a = sa.p, g.scale_b = sb.p, g.fast_accumulation = f.fast;
-    lt_matmul(g, nullptr);
-    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
-  } else {
-    std::vector<std::uint16_t> a16(a.size()), b16(b.size());
-    std::transform(a.begin(), a.end(), a16.begin(), f.encode16);
-    std::transform(b.begin(), b.end(), b16.begin(), f.encode16);
-    DeviceBuffer<std::uint16_t> da(a16, "cudaMemcpy (probe A)"), db(b16, "cudaMemcpy (probe B)");
-    g.a = da.p, g.b = db.p;
-    lt_matmul(g, nullptr);
-    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
-  }
+  const std::vector<float> c = probe_product(f, a, b, M, N, K, ld, false);
   AccumulatorProbe p;
   p.path = f.path;
   p.placement = placement;
@@ -300,31 +309,7 @@ AccumulatorProbe run_promotion_probe(const ProbeFormat& f, std::int64_t K) {
   const std::int64_t M = 16, N = 16, ld = round_up(K, 16);
   std::vector<float> a(static_cast<std::size_t>(M * ld), 0.0f), b(static_cast<std::size_t>(N * ld), 0.0f);
   for (std::int64_t k = 0; k < K; ++k) a[static_cast<std::size_t>(k)] = b[static_cast<std::size_t>(k)] = k == 0 ? 1.0f : 0x1p-9f;
-  DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (probe C)");
-  LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = g.tb = f.type;
-  g.k_order = true;
-  float one = 1.0f;
-  g.alpha = &one;
-  std::vector<float> c(static_cast<std::size_t>(M * N));
-  if (f.fp8) {
-    std::vector<std::uint8_t> a8(a.size()), b8(b.size());
-    std::transform(a.begin(), a.end(), a8.begin(), e4m3_bits_of);
-    std::transform(b.begin(), b.end(), b8.begin(), e4m3_bits_of);
-    DeviceBuffer<std::uint8_t> da(a8, "cudaMemcpy (probe A)"), db(b8, "cudaMemcpy (probe B)");
-    DeviceBuffer<float> sa(std::vector<float>{1.0f}, "cudaMemcpy (probe scale)"), sb(std::vector<float>{1.0f}, "cudaMemcpy");
-    g.a = da.p, g.b = db.p, g.scale_a = sa.p, g.scale_b = sb.p, g.fast_accumulation = f.fast;
-    lt_matmul(g, nullptr);
-    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
-  } else {
-    std::vector<std::uint16_t> a16(a.size()), b16(b.size());
-    std::transform(a.begin(), a.end(), a16.begin(), f.encode16);
-    std::transform(b.begin(), b.end(), b16.begin(), f.encode16);
-    DeviceBuffer<std::uint16_t> da(a16, "cudaMemcpy (probe A)"), db(b16, "cudaMemcpy (probe B)");
-    g.a = da.p, g.b = db.p;
-    lt_matmul(g, nullptr);
-    check(cudaMemcpy(c.data(), d_c.p, c.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (probe C)");
-  }
+  const std::vector<float> c = probe_product(f, a, b, M, N, K, ld, true);
   AccumulatorProbe p;
   p.path = f.path;
   p.placement = "promotion";
