@@ -51,6 +51,23 @@ double mlp_to_double(const T& x) {
   else return x.template convert_to<double>();
 }
 
+// Per tensor, the sum of its elements' squares, each rounded to double first (the reference's
+// weight norms that the run summaries weight layer errors with).
+template <class T>
+std::vector<double> squared_norms(const std::vector<std::vector<T>>& tensors) {
+  std::vector<double> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    double n = 0;
+    for (const T& v : t) {
+      const double d = mlp_to_double(v);
+      n += d * d;
+    }
+    out.push_back(n);
+  }
+  return out;
+}
+
 // Exact storage of T values as doubles (the trace's checkpoints): x = d_0 + d_1 + ... +
 // d_{K-1}, d_i the double nearest to x - (d_0 + ... + d_{i-1}) (each remainder is exact in T,
 // and each step takes >= 53 bits off), K = limbs<T>(). Throws std::runtime_error naming

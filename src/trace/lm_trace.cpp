@@ -333,15 +333,7 @@ LmRunSummary LmTrace::finish(const LmState<Ref>& ref, const std::vector<LmState<
   s.reference_first_nonfinite_step = t.reference_enabled ? first_nonfinite(ref_loss) : std::int64_t{-1};
   root.require_group("lm/reference").set_attr(lm_trace::kFirstNonfiniteStepAttr, s.reference_first_nonfinite_step);
   root.open_group("lm/reference").set_attr(lm_trace::kTailLossAttr, s.reference_tail_loss);
-  std::vector<double> ref_sq_norm;
-  for (const auto& p : ref.p) {
-    double n = 0;
-    for (const Ref& v : p) {
-      const double d = mlp_to_double(v);
-      n += d * d;
-    }
-    ref_sq_norm.push_back(n);
-  }
+  const std::vector<double> ref_sq_norm = squared_norms(ref.p);
   if (!t.compared_steps.empty()) root.open_group("lm/reference").set_attr("final_weight_sq_norm", ref_sq_norm);
   lm.set_attr("gap_window_fraction", run_metrics::kGapWindowFraction);
   lm.set_attr("gap_window_min_records", run_metrics::kGapWindowMinRecords);

@@ -312,16 +312,7 @@ MlpRunSummary MlpTrace::write_final_attributes(const std::vector<double>& ref_sq
 
 template <class Ref>
 MlpRunSummary MlpTrace::finish(const MlpState<Ref>& ref, const std::vector<MlpState<float>>& runs) {
-  std::vector<double> ref_sq_norm;
-  for (const auto& w : ref.w) {
-    double n = 0;
-    for (const Ref& v : w) {
-      const double d = mlp_to_double(v);
-      n += d * d;
-    }
-    ref_sq_norm.push_back(n);
-  }
-  const MlpRunSummary s = write_final_attributes(ref_sq_norm);
+  const MlpRunSummary s = write_final_attributes(squared_norms(ref.w));
   h5::Group root = impl_->file.root();
   // The final states stay in the trace, in the checkpoint's layout.
   h5::Group ck = root.require_group("mlp/checkpoint");
