@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+
+#include "quant/block_amax.hpp"
 
 namespace fp4d {
 
@@ -23,36 +22,6 @@ constexpr int kB = kMxfp4Block;
 // with the element's stored index as its Philox counter (tests/unit/test_mxfp4_fp8_fast.cpp
 // compares them on every rounding mode, special values, partial blocks and thread counts).
 
-// |x| as an integer key whose unsigned order is that of |x|, NaN mapped to 0 (ignored, as the
-// spec's amax ignores it): an integer max reduces in vector lanes where an IEEE float max
-// does not. bits_float(key) is the magnitude.
-inline std::uint32_t abs_key(float v) {
-  const std::uint32_t a = float_bits(v) & 0x7fffffffu;
-  return a & (0u - static_cast<std::uint32_t>(a <= 0x7f800000u));  // a mask, not a select
-}
-
-// The amax key of 32 consecutive floats. Left to itself GCC vectorises a loop over blocks
-// "outward", with lane permutes that cost more than the rounding; with AVX2 the reduction is
-// written out: four 8-lane maxima, then three folding steps (as the NVFP4 path does for 16).
-inline std::uint32_t block32_amax_key(const float* x) {
-#if defined(__AVX2__)
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  auto keys8 = [&](const float* p) {
-    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), abs_mask);
-    return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, inf), a);  // NaN -> 0, as abs_key
-  };
-  __m256i m = _mm256_max_epu32(_mm256_max_epu32(keys8(x), keys8(x + 8)), _mm256_max_epu32(keys8(x + 16), keys8(x + 24)));
-  m = _mm256_max_epu32(m, _mm256_permute2x128_si256(m, m, 1));
-  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0x4e));
-  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0xb1));
-  return static_cast<std::uint32_t>(_mm256_cvtsi256_si32(m));
-#else
-  std::uint32_t key = 0;
-  for (int i = 0; i < kB; ++i) key = std::max(key, abs_key(x[i]));
-  return key;
-#endif
-}
-
 // Each block's amax and scale (mxfp4_math.hpp, shared with the CUDA backend); the rule is a
 // template parameter so that its switch folds away. The exponent is scalar code, once per 32
 // elements.
@@ -61,7 +30,7 @@ __attribute__((noinline)) void block_scales_row(const float* __restrict x, std::
                                                 std::uint8_t* __restrict sc, float* __restrict sv,
                                                 float* __restrict inv) {
   for (std::int64_t b = 0; b < nblk; ++b) {
-    const int e = mxfp4_scale_exponent(bits_float(block32_amax_key(x + b * kB)), Rule);
+    const int e = mxfp4_scale_exponent(bits_float(block_amax_key<kB>(x + b * kB)), Rule);
     sc[b] = ue8m0_from_exponent(e);
     sv[b] = exp2i_f32(e);
     inv[b] = exp2i_f32(-e);  // x / X == x * 2^-e: 2^-e is a float for every e in [-127, 127]

@@ -11,6 +11,8 @@
 
 #include <vector>
 
+#include "quant/block_amax.hpp"
+
 namespace fp4d {
 
 Matrix transpose(const Matrix& m) {
@@ -242,28 +244,6 @@ __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, cons
   return clipped;
 }
 
-// max of amax_key over 16 consecutive floats. Left to itself GCC vectorises the loop over
-// blocks "outward" with lane permutes, which costs more than the rounding; with AVX2 the
-// reduction is written out: two 8-lane maxima, then three folding steps.
-inline std::uint32_t block16_amax_key(const float* x) {
-#if defined(__AVX2__)
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  auto keys8 = [&](const float* p) {
-    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), abs_mask);
-    return _mm256_andnot_si256(_mm256_cmpgt_epi32(a, inf), a);  // NaN -> 0, as amax_key
-  };
-  __m256i m = _mm256_max_epu32(keys8(x), keys8(x + 8));
-  m = _mm256_max_epu32(m, _mm256_permute2x128_si256(m, m, 1));
-  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0x4e));
-  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0xb1));
-  return static_cast<std::uint32_t>(_mm256_cvtsi256_si32(m));
-#else
-  std::uint32_t key = 0;
-  for (int i = 0; i < kNvfp4Block; ++i) key = std::max(key, amax_key(x[i]));
-  return key;
-#endif
-}
-
 // Steps 3-4 of the spec for the nblk blocks of one row, as separate loops over blocks so
 // that each vectorises: block amax keys, scale codes and values, encode scales, then each
 // element's encode scale e[k] for round_row. Equal, block for block, to
@@ -271,7 +251,7 @@ inline std::uint32_t block16_amax_key(const float* x) {
 __attribute__((noinline)) void block_scales_row(const float* __restrict x, std::int64_t nblk, GlobalScale g, bool legacy,
                       std::uint8_t* __restrict sc, float* __restrict sv, float* __restrict e,
                       std::uint32_t* __restrict keys, float* __restrict eb) {
-  for (std::int64_t b = 0; b < nblk; ++b) keys[b] = block16_amax_key(x + b * kNvfp4Block);
+  for (std::int64_t b = 0; b < nblk; ++b) keys[b] = block_amax_key<kNvfp4Block>(x + b * kNvfp4Block);
   const float factor = g.encode * (1.0f / 6.0f);
   for (std::int64_t b = 0; b < nblk; ++b) {  // nvfp4_block_scale_code's argument and code
     const float a = bits_float(keys[b]);
