@@ -2,9 +2,10 @@
 // the GPU-resident step (backend/cuda/mlp.cu, T = float): the activations, their derivatives
 // and the two optimizer updates (model/mlp_spec.hpp states the formulas). Both sides evaluate
 // these expressions in this order, and -ffp-contract=off / --fmad=false keep either compiler
-// from fusing them, so from the same float32 inputs ReLU, SGD and AdamW give the same bits
-// (AdamW's square root is correctly rounded on both). GELU and SiLU call erf and exp, which
-// are the platform's: glibc's on the host, CUDA's (within 2 ulp of them) on the device.
+// from fusing them, so from the same float32 inputs they give the same bits: exp, log, log1p
+// and erf of float and double are format/portable_math.hpp's (the same bits on host and
+// device, where glibc's and CUDA's libm differ in the last place) and AdamW's square root is
+// correctly rounded on both. A wider T (Boost.Multiprecision) takes its own functions by ADL.
 #pragma once
 
 #include <cmath>
@@ -12,20 +13,54 @@
 #include <type_traits>
 
 #include "format/hd.hpp"
+#include "format/portable_math.hpp"
 
 namespace fp4d::mlp_math {
 
-// erf, exp and sqrt: std:: for float and double on the host, CUDA's overloads on the device,
-// and found by ADL for a wider T (Boost.Multiprecision).
+// erf, exp, log and log1p: portable_math's for float (and double, except erf, which only the
+// float GELU needs to share), found by ADL for a wider T. sqrt: std:: on the host, CUDA's on
+// the device (both correctly rounded).
 template <class T>
 FP4D_HD T erf_of(const T& x) {
-  using std::erf;
-  return erf(x);
+  if constexpr (std::is_same_v<T, float>) {
+    return pmath::erff(x);
+  } else {
+    using std::erf;
+    return erf(x);
+  }
 }
 template <class T>
 FP4D_HD T exp_of(const T& x) {
-  using std::exp;
-  return exp(x);
+  if constexpr (std::is_same_v<T, float>) {
+    return pmath::expf(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return pmath::exp(x);
+  } else {
+    using std::exp;
+    return exp(x);
+  }
+}
+template <class T>
+FP4D_HD T log_of(const T& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return pmath::logf(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return pmath::log(x);
+  } else {
+    using std::log;
+    return log(x);
+  }
+}
+// log(1 + x); a wider T has no log1p of its own and takes log(1 + x), exact enough there.
+template <class T>
+FP4D_HD T log1p_of(const T& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return pmath::log1pf(x);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return pmath::log1p(x);
+  } else {
+    return log_of(T(T(1) + x));
+  }
 }
 template <class T>
 FP4D_HD T sqrt_of(const T& x) {

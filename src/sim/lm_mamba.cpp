@@ -21,19 +21,12 @@ void check_bf16(bool bf16) {
 }
 using mixer::operand;
 
-template <class T>
-T log_of(const T& x) {
-  using std::log;
-  return log(x);
-}
-
-// softplus (kMambaSoftplusLinear); a wider T has no log1p of its own and takes log(1 + exp(v)),
-// whose error there is far below double's.
+// softplus (kMambaSoftplusLinear): log1p(exp(v)) below the threshold, with model/mlp_math.hpp's
+// exp and log1p (the GPU mixer's bits for float).
 template <class T>
 T softplus(const T& v) {
   if (v > T(kMambaSoftplusLinear)) return v;
-  if constexpr (std::is_floating_point_v<T>) return std::log1p(std::exp(v));
-  else return log_of(T(T(1) + mlp_math::exp_of(v)));
+  return mlp_math::log1p_of(mlp_math::exp_of(v));
 }
 
 using mlp_math::silu;

@@ -2,8 +2,8 @@
 // sim/lm_mamba.hpp's expressions in its order (--fmad=false), so that equal inputs give the
 // CPU's float bits wherever a sum can keep the CPU's serial order at the GPU's pace.
 //
-// Bit-identical to sim/lm_mamba.cpp's float mixer from equal inputs, apart from expf and log1pf
-// (CUDA's, within 2 ulp of glibc's): the convolution and SiLU, softplus, the chunked scan's
+// Bit-identical to sim/lm_mamba.cpp's float mixer from equal inputs (exp and log1p are
+// format/portable_math.hpp's on both sides): the convolution and SiLU, softplus, the chunked scan's
 // forward (one block per sequence and head walks the chunks in order; every sum of the SSD form
 // runs in the CPU's order), the gate and gated RMSNorm, the states of the backward's plain
 // recurrence, the adjoint G_t, dC, dB, dx, the per-position dt gradient but for its decay term,
@@ -71,7 +71,7 @@ __global__ void mamba_dt_kernel(MambaDims m, const float* __restrict__ zx, const
   FP4D_GRID_STRIDE(e, m.R * m.H) {
     const std::int64_t i = e / m.H, h = e % m.H;
     const float v = zx[i * m.W + m.DI + m.CD + h] + dt_bias[h];
-    dt[e] = v > static_cast<float>(kMambaSoftplusLinear) ? v : log1pf(mlp_math::exp_of(v));
+    dt[e] = v > static_cast<float>(kMambaSoftplusLinear) ? v : mlp_math::log1p_of(mlp_math::exp_of(v));
   }
 }
 
