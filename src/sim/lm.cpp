@@ -10,6 +10,7 @@
 
 #include "format/philox.hpp"
 #include "model/mlp_math.hpp"
+#include "model/tree_sum.hpp"
 #include "sim/generators.hpp"
 #include "sim/lm_attention.hpp"
 #include "sim/lm_mamba.hpp"
@@ -363,18 +364,18 @@ double run_model(const LmSpec& s, const std::vector<std::vector<T>>& params, con
 
   // Loss (reported, in Wide<T>) and dlogits = (softmax - onehot) / M (in T, row by row,
   // ascending: max, exp, sum, divide).
+  // One term per position, summed by tree_sum (the GPU step's order).
   using W = Wide<T>;
-  W loss = W(0);
+  std::vector<W> terms(static_cast<std::size_t>(M), W(0));
   for (std::int64_t i = 0; i < M; ++i) {
     const T* li = logits.data() + i * V;
     W mx = static_cast<W>(li[0]);
     for (std::int64_t j = 1; j < V; ++j) mx = std::max(mx, static_cast<W>(li[j]));
     W se = W(0);
     for (std::int64_t j = 0; j < V; ++j) se += mlp_math::exp_of(W(static_cast<W>(li[j]) - mx));
-    using std::log;
-    loss += (mx + log(se)) - static_cast<W>(li[target(i)]);
+    terms[static_cast<std::size_t>(i)] = (mx + mlp_math::log_of(se)) - static_cast<W>(li[target(i)]);
   }
-  loss /= static_cast<W>(M);
+  const W loss = tree_sum(terms.data(), M) / static_cast<W>(M);
   if (logits_out) *logits_out = logits;
   if (!grads) return static_cast<double>(loss);
 

@@ -14,6 +14,7 @@
 
 #include "format/philox.hpp"
 #include "model/mlp_math.hpp"
+#include "model/tree_sum.hpp"
 #include "quant/dense_gemm.hpp"
 #include "sim/generators.hpp"
 #include "sim/mlp_precision.hpp"
@@ -305,6 +306,8 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
   const std::int64_t out_w = s.widths.back();
   const auto& y = z[static_cast<std::size_t>(L) - 1];
   std::vector<T>& dz = ws.dz;
+  // The loss: one term per row in Acc, summed by tree_sum (the GPU step's order).
+  std::vector<Acc> row_terms(static_cast<std::size_t>(M), Acc(0));
   Acc loss = Acc(0);
   if (s.task == "classification") {
     // Softmax cross-entropy against the teacher's argmax class. Loss in Acc; the gradient
@@ -320,8 +323,7 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
       for (std::int64_t j = 1; j < out_w; ++j) mx = std::max(mx, static_cast<Acc>(yi[j]));
       Acc se = Acc(0);
       for (std::int64_t j = 0; j < out_w; ++j) se += exp_of(Acc(static_cast<Acc>(yi[j]) - mx));
-      using std::log;
-      loss += (mx + log(se)) - static_cast<Acc>(yi[label]);
+      row_terms[static_cast<std::size_t>(i)] = (mx + mlp_math::log_of(se)) - static_cast<Acc>(yi[label]);
       if (!grads) continue;
       T m = yi[0];
       for (std::int64_t j = 1; j < out_w; ++j) m = std::max(m, yi[j]);
@@ -332,16 +334,21 @@ double forward_backward(const MlpSpec& s, const std::vector<std::vector<T>>& w, 
         dz[static_cast<std::size_t>(i * out_w + j)] = (p - (j == label ? T(1) : T(0))) / static_cast<T>(M);
       }
     }
-    loss /= static_cast<Acc>(M);
+    loss = tree_sum(row_terms.data(), M) / static_cast<Acc>(M);
     if (!grads) return static_cast<double>(loss);
     grads->resize(static_cast<std::size_t>(L));
   } else {
-    // Loss 0.5 mean (Y - T)^2, accumulated in Acc in ascending element order.
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const Acc d = static_cast<Acc>(y[i]) - static_cast<Acc>(batch.t.data[i]);
-      loss += d * d;
+    // Loss 0.5 mean (Y - T)^2: each row's squares summed in Acc in ascending order.
+    for (std::int64_t i = 0; i < M; ++i) {
+      Acc r = Acc(0);
+      for (std::int64_t j = 0; j < out_w; ++j) {
+        const auto e = static_cast<std::size_t>(i * out_w + j);
+        const Acc d = static_cast<Acc>(y[e]) - static_cast<Acc>(batch.t.data[e]);
+        r += d * d;
+      }
+      row_terms[static_cast<std::size_t>(i)] = r;
     }
-    loss = Acc(0.5) * loss / static_cast<Acc>(M * out_w);
+    loss = Acc(0.5) * tree_sum(row_terms.data(), M) / static_cast<Acc>(M * out_w);
     if (!grads) return static_cast<double>(loss);
     grads->resize(static_cast<std::size_t>(L));
     // dZ_{L-1} = (Y - T) / (M out), in T.

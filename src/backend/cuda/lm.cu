@@ -104,7 +104,7 @@ struct LmCudaTrainer::Impl {
   Buf<float> dO, dqkv, dq, dk, dv, dP, dkh, dvh, df, dgu, gain_partial;
   std::unique_ptr<MambaMixerCuda> mixer;  // with M blocks: the mixers' kernels and backward scratch
   Buf<float> dmy, dzx;                    // the gradients of a mixer's output and of its in-projection's
-  Buf<double> partial, loss_sum, norm_partial;
+  Buf<double> loss_terms, loss_sum, norm_partial;  // loss: a term per position, their tree sum
   Buf<ClipState> clip;
   Buf<unsigned long long> lost;
   Buf<LmStepParams> params;
@@ -215,7 +215,7 @@ struct LmCudaTrainer::Impl {
     dmy = buf<float>(mixer ? M * mixer->dims().DI : 0, "cudaMalloc (mamba mixer output gradient)");
     dzx = buf<float>(mixer ? M * mixer->dims().W : 0, "cudaMalloc (mamba in-projection gradient)");
     gain_partial = buf<float>((M + kGainChunk - 1) / kGainChunk * d, "cudaMalloc (gain partials)");
-    partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
+    loss_terms = buf<double>(M, "cudaMalloc (loss terms)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
     norm_partial = buf<double>(kReduceBlocks, "cudaMalloc (norm partials)");
     clip = buf<ClipState>(1, "cudaMalloc (clip)");
@@ -306,7 +306,8 @@ struct LmCudaTrainer::Impl {
 
   void build_linears() {
     for (int l = 0; l < static_cast<int>(lins.size()); ++l)
-      linear.push_back(std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), tensors_of(l), &params->p->seed, lt->get()));
+      linear.push_back(std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), tensors_of(l), &params->p->seed, lt->get(),
+                                                      opt.accumulator == Accumulator::Sm90));
   }
 
   // ---- the step's pieces ----
@@ -505,10 +506,10 @@ struct LmCudaTrainer::Impl {
     }
     rmsnorm_forward(param(final_gain), fin_n->p, fin_rinv->p, fin_a->p);
     linear.back()->forward(seed, stream, lt->get());
-    cross_entropy_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(logits->p, tokens->p, M, S, V, partial->p);
+    cross_entropy_kernel<<<blocks_for(M), kThreads, 0, stream>>>(logits->p, tokens->p, M, S, V, loss_terms->p);
     launch_check("cross_entropy_kernel launch");
-    sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial->p, kReduceBlocks, loss_sum->p);
-    launch_check("sum_partials_kernel launch");
+    tree_sum_kernel<<<1, kThreads, 0, stream>>>(loss_terms->p, M, loss_sum->p);
+    launch_check("tree_sum_kernel launch");
   }
 
   void backward(std::uint64_t seed, LmCudaOperands* ops) {

@@ -11,9 +11,13 @@
 // quantization:
 //   - the linear layers' GEMMs accumulate on the tensor cores (FP32 accumulators in the
 //     hardware's order, docs/numerics.md 8b) instead of ascending-k FP32 sums;
-//   - expf (softmax, SiLU, the loss gradient) is CUDA's, within 2 ulp of glibc's;
-//   - the norm gains' gradients sum the rows in fixed chunks, the loss and the clipping norm
-//     sum in double in a fixed tree (lm_kernels.cuh says which ops are bit-identical).
+//   - the norm gains' gradients sum the rows in fixed chunks and the clipping norm sums in
+//     double in a fixed tree of its own (lm_kernels.cuh says which ops are bit-identical).
+// exp, log and log1p are format/portable_math.hpp's on both sides, and the loss is a term per
+// position summed in model/tree_sum.hpp's order, as the CPU run sums it. With the sm90
+// accumulator the linear layers take only cuBLASLt algorithms that sum in k order (the CPU's
+// model) and fp32 layers sum in ascending k; the chunked and tree sums above are what remains
+// between this run and the CPU run.
 // The attention products run as SIMT kernels whose every output element is an ascending FP32
 // sum (the CPU's order), materialising the probabilities (batch x heads x seq^2 floats per
 // attention block): plain and exact rather than fast.

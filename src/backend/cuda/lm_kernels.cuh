@@ -10,11 +10,12 @@
 // rows (their sums run along the row in ascending order), RoPE, the attention
 // products (ascending sums, BF16 operands where the precision policy says), the GQA head sums,
 // the embedding's scatter-add (positions in ascending order per token), clipping's scaling and
-// AdamW. What differs: expf in the softmax, SiLU and the cross-entropy gradient (CUDA's, within
-// 2 ulp of glibc's); the norm gains' gradient (sum over the rows in fixed chunks of
-// kGainChunk rows, the chunks then in ascending order, instead of one ascending sum: a serial
-// sum over every row would leave the GPU idle); the loss and the clipping norm (double, fixed
-// tree instead of ascending order).
+// AdamW, the softmax, SiLU and the cross-entropy gradient (format/portable_math.hpp's exp on
+// both sides), and the loss (a term per position, model/tree_sum.hpp's order on both sides).
+// What differs: the norm gains' gradient (sum over the rows in fixed chunks of kGainChunk rows,
+// the chunks then in ascending order, instead of one ascending sum: a serial sum over every
+// row would leave the GPU idle); the clipping norm (double, fixed tree instead of ascending
+// order).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -412,12 +413,11 @@ __global__ void swiglu_backward_kernel(const float* __restrict__ gu, const float
 }
 
 // ---- loss ----
-// One thread per position: the loss term in double from the float logits (max, sum of exp in
-// ascending order, log), then in place dlogits = (softmax - onehot) / M in float32 as the CPU's
-// row loop. Per-block partial sums of the loss terms (fixed tree).
+// One thread per position: its loss term in double from the float logits (max, sum of exp in
+// ascending order, log) into terms[i] (tree_sum_kernel adds them in sim/lm.cpp's order), then
+// in place dlogits = (softmax - onehot) / M in float32 as the CPU's row loop.
 __global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int32_t* __restrict__ tokens,
-                                     std::int64_t M, std::int64_t S, std::int64_t V, double* __restrict__ partial) {
-  double acc = 0.0;
+                                     std::int64_t M, std::int64_t S, std::int64_t V, double* __restrict__ terms) {
   const float Mt = static_cast<float>(M);
   FP4D_GRID_STRIDE(i, M) {
     float* li = logits + i * V;
@@ -425,8 +425,8 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int3
     double mx = li[0];
     for (std::int64_t j = 1; j < V; ++j) mx = fmax(mx, static_cast<double>(li[j]));
     double se = 0.0;
-    for (std::int64_t j = 0; j < V; ++j) se += exp(static_cast<double>(li[j]) - mx);
-    acc += (mx + log(se)) - static_cast<double>(li[y]);
+    for (std::int64_t j = 0; j < V; ++j) se += mlp_math::exp_of(double(static_cast<double>(li[j]) - mx));
+    terms[i] = (mx + mlp_math::log_of(se)) - static_cast<double>(li[y]);
     float m = li[0];
     for (std::int64_t j = 1; j < V; ++j) m = fmaxf(m, li[j]);
     float sum = 0.0f;
@@ -436,16 +436,6 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int3
     }
     for (std::int64_t j = 0; j < V; ++j) li[j] = (li[j] / sum - (j == y ? 1.0f : 0.0f)) / Mt;
   }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-// out[0] = sum of n partials (one block, fixed tree).
-__global__ void sum_partials_kernel(const double* __restrict__ partial, int n, double* __restrict__ out) {
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) *out = s;
 }
 
 // ---- clipping and AdamW ----

@@ -66,7 +66,7 @@ struct MlpCudaTrainer::Impl {
   int L = 0;
   std::vector<Layer> layers;
   Buf<float> target;
-  Buf<double> partial, loss_sum;
+  Buf<double> loss_terms, loss_sum;  // one loss term per row; their tree sum
   Buf<unsigned long long> lost;
   cudaStream_t stream = nullptr;
   // This run's cuBLASLt workspace: runs step concurrently, each on its own stream.
@@ -136,7 +136,7 @@ struct MlpCudaTrainer::Impl {
     const std::int64_t outL = spec.widths.back();
     params = buf<StepParams>(1, "cudaMalloc (step parameters)");
     target = buf<float>(M * outL, "cudaMalloc (targets)");
-    partial = buf<double>(kReduceBlocks, "cudaMalloc (loss partials)");
+    loss_terms = buf<double>(M, "cudaMalloc (loss terms)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
     lost = buf<unsigned long long>(L, "cudaMalloc (lost updates)");
   }
@@ -150,7 +150,8 @@ struct MlpCudaTrainer::Impl {
     LinearTensors t;
     t.M = M, t.in = y.in, t.out = y.out;
     t.x = y.h->p, t.w = y.w->p, t.dy = y.dz->p, t.y = y.z->p, t.dx = l > 0 ? y.dh->p : nullptr, t.dw = y.dw->p;
-    y.lin = std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), t, &params->p->seed, lt->get());
+    y.lin = std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), t, &params->p->seed, lt->get(),
+                                           opt.accumulator == Accumulator::Sm90);
   }
 
   // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
@@ -211,20 +212,21 @@ struct MlpCudaTrainer::Impl {
     launch_check("act_backward_kernel launch");
   }
 
-  // The loss of the last layer's output into loss_sum (per-block partials, then their sum) and
-  // its gradient dZ_{L-1}.
+  // The loss of the last layer's output into loss_sum (a term per row, then their tree sum:
+  // sim/mlp.cpp's order) and its gradient dZ_{L-1}.
   void loss_and_output_gradient() {
     Layer& last = layers.back();
     if (spec.task == "classification") {
-      softmax_ce_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out, partial->p);
+      softmax_ce_kernel<<<blocks_for(M), kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
+                                                                loss_terms->p);
       launch_check("softmax_ce_kernel launch");
     } else {
-      mse_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M * last.out,
-                                                         static_cast<float>(M * last.out), partial->p);
+      mse_kernel<<<blocks_for(M), kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
+                                                         static_cast<float>(M * last.out), loss_terms->p);
       launch_check("mse_kernel launch");
     }
-    sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial->p, kReduceBlocks, loss_sum->p);
-    launch_check("sum_partials_kernel launch");
+    tree_sum_kernel<<<1, kThreads, 0, stream>>>(loss_terms->p, M, loss_sum->p);
+    launch_check("tree_sum_kernel launch");
   }
 
   // The step's seed and optimizer coefficients (StepParams), as the host computes them.

@@ -6,17 +6,19 @@
 // Semantics: sim/mlp.hpp's train_step<float> with model/recipe_gemm.hpp's RecipeGemm, operand
 // for operand (the same QuantSpecs from gemm_operand_spec, the same SR seeds and streams), so
 // that given the same float32 operands the quantized operands are the same bits. What differs
-// from the CPU run is the arithmetic that is not quantization:
-//   - the GEMMs accumulate on the tensor cores (FP32 accumulators, the hardware's order;
-//     docs/numerics.md 8b) instead of the CPU emulation's ascending-k FP32 sums;
-//   - GELU's erff / exp and softmax's expf are CUDA's (within 2 ulp of glibc's, not equal);
-//   - the loss is summed in double in a fixed tree order instead of ascending order.
-// ReLU, the loss gradient and both optimizers are the CPU's expressions in the CPU's order
-// (--fmad=false), so from equal inputs they give equal bits. Runs are deterministic: the
+// from the CPU run is only the GEMMs' accumulation: the tensor cores' (FP32 accumulators, the
+// hardware's order; docs/numerics.md 8b) where the CPU emulation sums in ascending k. With the
+// sm90 accumulator (RecipeGemmOptions::accumulator) the CPU run models exactly that, the GEMMs
+// here take only cuBLASLt algorithms that sum in k order, and fp32 layers sum in ascending k
+// on the CUDA cores: the CPU run and this one are then the same run, bit for bit (gpu.mlp
+// checks it). Everything else is the CPU's expressions in the CPU's order (--fmad=false):
+// the activations and softmax with format/portable_math.hpp's exp and erf, the loss as a term
+// per row summed in model/tree_sum.hpp's order, both optimizers. Runs are deterministic: the
 // same spec, recipe and seed give the same bits on the same GPU and library versions.
 //
 // How each layer's GEMMs run (NVFP4: nvfp4-spec.md 6):
-//   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32).
+//   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32); with the sm90
+//          accumulator ascending-k FP32 sums on the CUDA cores (recipe_linear.cuh).
 //   bf16   operands cast to BF16 (RNE) once per step (X, W, dY: a cast commutes with the
 //          transposes), BF16 GEMMs with FP32 accumulation.
 //   nvfp4* X and dY: rowwise + columnwise quantization in one pass (nvfp4_dual: the columnwise

@@ -43,28 +43,29 @@ __global__ void act_backward_kernel(const float* __restrict__ dh, const float* _
     dz[i] = dh[i] * act_df(gelu, z[i]);
 }
 
-// Regression: dZ = (Y - T) / (M out) in float32 (the CPU's expression); partial sums of
-// (double(Y) - double(T))^2 per block, each thread's elements in ascending order.
+// The loss terms, one per row (sample), as sim/mlp.cpp computes them; tree_sum_kernel adds
+// them in model/tree_sum.hpp's order. One thread per row.
+// Regression: term_i = sum_j (double(Y) - double(T))^2 in ascending j; dZ = (Y - T) / (M out) in
+// float32.
 __global__ void mse_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
-                           std::int64_t n, float denom, double* __restrict__ partial) {
-  double acc = 0.0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const double d = static_cast<double>(y[i]) - static_cast<double>(t[i]);
-    acc += d * d;
-    dz[i] = (y[i] - t[i]) / denom;
+                           std::int64_t M, std::int64_t out, float denom, double* __restrict__ terms) {
+  FP4D_GRID_STRIDE(i, M) {
+    double acc = 0.0;
+    for (std::int64_t j = 0; j < out; ++j) {
+      const std::int64_t e = i * out + j;
+      const double d = static_cast<double>(y[e]) - static_cast<double>(t[e]);
+      acc += d * d;
+      dz[e] = (y[e] - t[e]) / denom;
+    }
+    terms[i] = acc;
   }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// Classification: one thread per sample (row): the loss in double against the teacher's
-// argmax class, dZ = (softmax(Y) - onehot) / M in float32, as sim/mlp.cpp does per row.
+// Classification: term_i = the loss in double against the teacher's argmax class,
+// dZ = (softmax(Y) - onehot) / M in float32 (max, exp, sum, divide in ascending order).
 __global__ void softmax_ce_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
-                                  std::int64_t M, std::int64_t out, double* __restrict__ partial) {
-  double acc = 0.0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < M;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+                                  std::int64_t M, std::int64_t out, double* __restrict__ terms) {
+  FP4D_GRID_STRIDE(i, M) {
     const float* yi = y + i * out;
     const float* ti = t + i * out;
     std::int64_t label = 0;
@@ -73,26 +74,17 @@ __global__ void softmax_ce_kernel(const float* __restrict__ y, const float* __re
     double mx = yi[0];
     for (std::int64_t j = 1; j < out; ++j) mx = fmax(mx, static_cast<double>(yi[j]));
     double se = 0.0;
-    for (std::int64_t j = 0; j < out; ++j) se += exp(static_cast<double>(yi[j]) - mx);
-    acc += (mx + log(se)) - static_cast<double>(yi[label]);
+    for (std::int64_t j = 0; j < out; ++j) se += mlp_math::exp_of(double(static_cast<double>(yi[j]) - mx));
+    terms[i] = (mx + mlp_math::log_of(se)) - static_cast<double>(yi[label]);
     float m = yi[0];
     for (std::int64_t j = 1; j < out; ++j) m = fmaxf(m, yi[j]);
     float sum = 0.0f;
-    for (std::int64_t j = 0; j < out; ++j) sum = sum + expf(yi[j] - m);
+    for (std::int64_t j = 0; j < out; ++j) sum = sum + mlp_math::exp_of(float(yi[j] - m));
     for (std::int64_t j = 0; j < out; ++j) {
-      const float p = expf(yi[j] - m) / sum;
+      const float p = mlp_math::exp_of(float(yi[j] - m)) / sum;
       dz[i * out + j] = (p - (j == label ? 1.0f : 0.0f)) / static_cast<float>(M);
     }
   }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void sum_partials_kernel(const double* __restrict__ partial, int n, double* __restrict__ out) {
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) *out = s;
 }
 
 // What changes from step to step, read by the kernels from device memory (copied up before

@@ -7,6 +7,7 @@
 #include "backend/cuda/launch_util.cuh"
 #include "backend/cuda/nvfp4.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
+#include "backend/cuda/sequential_gemm.cuh"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
@@ -134,7 +135,7 @@ struct RecipeLinear::Buffers {
 };
 
 RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t,
-                           const std::uint64_t* device_seed, const LtContext& lt)
+                           const std::uint64_t* device_seed, const LtContext& lt, bool model_order)
     : layer_(layer), t_(t), device_seed_(device_seed), b_(std::make_unique<Buffers>()) {
   mode_ = !recipe ? Mode::Fp32 : recipe->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
   if (recipe) recipe_ = *recipe;
@@ -148,12 +149,44 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   f.alpha = d.alpha = w.alpha = &kOne;
   if (mode_ == Mode::Nvfp4) plan_nvfp4(f, d, w);
   else plan_cast(f, d, w);
+  f.k_order = d.k_order = w.k_order = model_order;
+  if (mode_ == Mode::Fp32 && model_order) {
+    sequential_ = true;
+    fprop_shape_ = f, dgrad_shape_ = d, wgrad_shape_ = w;
+    path_ = "fp32: ascending-k FP32 sums on the CUDA cores (the CPU's float32 GEMM, for the sm90 accumulator)";
+    return;
+  }
   fprop_ = std::make_unique<LtPlan>(f, &lt);
   if (t.dx) dgrad_ = std::make_unique<LtPlan>(d, &lt);
   wgrad_ = std::make_unique<LtPlan>(w, &lt);
 }
 
 RecipeLinear::~RecipeLinear() = default;
+
+namespace {
+
+// An fp32 plan's shape (plan_cast's layouts) as a SequentialGemm.
+SequentialGemm sequential_of(const LtGemm& g) {
+  SequentialGemm s;
+  s.a = static_cast<const float*>(g.a), s.b = static_cast<const float*>(g.b), s.d = g.d;
+  s.M = g.M, s.N = g.N, s.K = g.K;
+  s.a_km = g.a_km, s.b_kn = g.b_kn;
+  s.lda = g.a_km ? (g.ld_m ? g.ld_m : g.M) : g.ld_k;
+  s.ldb = g.b_kn ? (g.ld_n ? g.ld_n : g.N) : g.ld_k;
+  return s;
+}
+
+}  // namespace
+
+void RecipeLinear::run_gemm(const std::unique_ptr<LtPlan>& plan, const LtGemm& shape, cudaStream_t stream,
+                            const LtContext& lt) {
+  if (sequential_) {
+    run_sequential_gemm(sequential_of(shape), stream);
+    launch_check("sequential_gemm_kernel launch");
+  } else {
+    plan->run(stream, &lt);
+  }
+}
 
 // NVFP4: the quantizers' outputs, and the GEMMs reading their BF16 decodes with the global
 // scales as device-side alpha.
@@ -261,7 +294,7 @@ void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtCont
     cast(t_.x, y.xb->p, t_.M * t_.in, stream);
     cast(t_.w, y.wb->p, t_.in * t_.out, stream);
   }
-  fprop_->run(stream, &lt);
+  run_gemm(fprop_, fprop_shape_, stream, lt);
 }
 
 // The dY operands of Dgrad and Wgrad (NVFP4 dY with both GEMMs' alphas, or the BF16 cast),
@@ -278,8 +311,8 @@ void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtCon
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }
-  wgrad_->run(stream, &lt);
-  if (dgrad_) dgrad_->run(stream, &lt);
+  run_gemm(wgrad_, wgrad_shape_, stream, lt);
+  if (t_.dx) run_gemm(dgrad_, dgrad_shape_, stream, lt);
 }
 
 DeviceOperand RecipeLinear::operand_location(GemmRole role, int operand) const {

@@ -10,7 +10,8 @@
 //   backward()  quantizes dY (its Dgrad and Wgrad sides), then dW = dY^T X and, when the
 //               layer has a Dgrad output, dX = dY W.
 // How each mode runs (NVFP4: nvfp4-spec.md 6):
-//   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32).
+//   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32); or, in model order,
+//          sequential_gemm.cuh's ascending-k FP32 sums, the CPU's float32 GEMM bit for bit.
 //   bf16   operands cast to BF16 (RNE) once per step (X, W, dY: a cast commutes with the
 //          transposes), BF16 GEMMs with FP32 accumulation.
 //   nvfp4* X and dY: rowwise + columnwise quantization in one pass (nvfp4_dual: the columnwise
@@ -19,6 +20,9 @@
 //          both GEMMs), or rowwise + columnwise 1x16 without 2D. Codes and block scales are
 //          decoded to BF16 without the global scale (exact), the GEMM is a BF16 GEMM and
 //          fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
+// Model order (a run with the sm90 accumulator, whose CPU run models this one): the cuBLASLt
+// plans take only algorithms that sum every output in one pass in k order (LtGemm::k_order, no
+// split-K), which quant/tensor_core_model.hpp describes, and fp32 layers sum sequentially.
 // The SR seed of the dual quantizations is read from device memory (device_seed), so that a
 // captured CUDA graph replays every step; graph_blocker() names what else would vary.
 #pragma once
@@ -54,9 +58,9 @@ class RecipeLinear {
   enum class Mode { Fp32, Bf16, Nvfp4 };
   // recipe: the layer's GemmRecipe (bf16 or nvfp4 kinds), nullptr for fp32. device_seed: the
   // step's SR seed in device memory (read when the quantizers run). lt: the workspace the plans
-  // will run with.
+  // will run with. model_order: see the file comment.
   RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t, const std::uint64_t* device_seed,
-               const LtContext& lt);
+               const LtContext& lt, bool model_order = false);
   ~RecipeLinear();
   RecipeLinear(const RecipeLinear&) = delete;
   RecipeLinear& operator=(const RecipeLinear&) = delete;
@@ -81,11 +85,14 @@ class RecipeLinear {
   std::string path_;
   std::unique_ptr<Buffers> b_;
   std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;
+  bool sequential_ = false;  // fp32 layer: the plans' shapes run by sequential_gemm.cuh instead
+  LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;
 
   QuantSpec spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const;
   void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
   void plan_cast(LtGemm& f, LtGemm& d, LtGemm& w);
   void quantize_weight(std::uint64_t seed, cudaStream_t stream);
+  void run_gemm(const std::unique_ptr<LtPlan>& plan, const LtGemm& shape, cudaStream_t stream, const LtContext& lt);
 };
 
 }  // namespace fp4d::cuda
