@@ -88,7 +88,8 @@ Prepared prepare(const Matrix& X, const TensorCoreModel& m) {
 
 bool model_has_fast_path(const TensorCoreModel& m) {
   return m.group >= 1 && m.group <= 16 && m.extra_bits == 2 && m.input_fraction_bits <= 10 &&
-         m.min_exponent <= kFastMinExponent;
+         m.min_exponent <= kFastMinExponent && m.b_input_min_exponent == m.input_min_exponent &&
+         m.b_input_fraction_bits == m.input_fraction_bits;
 }
 
 bool operands_fit(const Prepared& a, const Prepared& b) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace fp4d {
 
@@ -26,6 +27,22 @@ TensorCoreModel sm90_tensor_core_model(const std::string& f) {
     throw std::invalid_argument("tensor-core model: input format '" + f +
                                 "' is not modelled for sm90 (bf16, fp16, e4m3, e5m2 are)");
   }
+  m.b_input_min_exponent = m.input_min_exponent;
+  m.b_input_fraction_bits = m.input_fraction_bits;
+  return m;
+}
+
+TensorCoreModel sm90_tensor_core_model(const std::string& a_format, const std::string& b_format) {
+  if (a_format == b_format) return sm90_tensor_core_model(a_format);
+  const auto fp8 = [](const std::string& f) { return f == "e4m3" || f == "e5m2"; };
+  if (!fp8(a_format) || !fp8(b_format))
+    throw std::invalid_argument("tensor-core model: operands '" + a_format + "' x '" + b_format +
+                                "' are not modelled for sm90 (the same format, or two FP8 formats)");
+  TensorCoreModel m = sm90_tensor_core_model(a_format);
+  const TensorCoreModel mb = sm90_tensor_core_model(b_format);
+  m.b_input_min_exponent = mb.input_min_exponent;
+  m.b_input_fraction_bits = mb.input_fraction_bits;
+  m.name = "sm90-" + a_format + "x" + b_format;
   return m;
 }
 
@@ -63,9 +80,9 @@ float tensor_core_block(const float* a, const float* b, int n, float c, const Te
   int count = 0;
   for (int i = 0; i < n; ++i) {
     if (a[i] == 0.0f || b[i] == 0.0f) continue;
-    const Decomposed da = decompose(a[i], m.input_min_exponent), db = decompose(b[i], m.input_min_exponent);
-    for (const double sig : {da.sig, db.sig}) {
-      const double scaled = std::ldexp(sig, m.input_fraction_bits);
+    const Decomposed da = decompose(a[i], m.input_min_exponent), db = decompose(b[i], m.b_input_min_exponent);
+    for (const auto& [sig, bits] : {std::pair{da.sig, m.input_fraction_bits}, std::pair{db.sig, m.b_input_fraction_bits}}) {
+      const double scaled = std::ldexp(sig, bits);
       if (scaled != std::floor(scaled))
         throw std::invalid_argument("tensor_core_block: an operand with more significant bits than the " + m.name +
                                     " model's input format has");
@@ -120,6 +137,16 @@ float tensor_core_dot(const float* a, const float* b, std::int64_t K, float c, c
   float acc = c;
   for (std::int64_t k0 = 0; k0 < K; k0 += m.group)
     acc = tensor_core_block(a + k0, b + k0, static_cast<int>(std::min<std::int64_t>(m.group, K - k0)), acc, m);
+  return acc;
+}
+
+float tensor_core_dot_promoted(const float* a, const float* b, std::int64_t K, float c, std::int64_t interval,
+                               const TensorCoreModel& m) {
+  if (interval < 1) throw std::invalid_argument("tensor_core_dot_promoted: the interval must be at least 1");
+  float acc = c;
+  for (std::int64_t k0 = 0; k0 < K; k0 += interval) {
+    acc = acc + tensor_core_dot(a + k0, b + k0, std::min(interval, K - k0), 0.0f, m);
+  }
   return acc;
 }
 

@@ -22,7 +22,12 @@
 //
 // The parameters below are the published model's. `fp4drift accumulator` compares the model with
 // the device: on the H200, cuBLASLt's BF16 GEMMs agree bit for bit where its kernel sums each
-// output in ascending k (docs/findings.md); FP16 and FP8 are not compared yet.
+// output in ascending k (docs/findings.md); FP16 and FP8 are not compared yet
+// (`fp4drift accumulator --model-check` does that, docs/numerics.md 8b).
+//
+// cuBLASLt's FP8 GEMMs without fast accumulation promote partial sums to an FP32 accumulator at
+// an interval not published; tensor_core_dot_promoted is the hypothesis the model check tests
+// for each candidate interval.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +41,12 @@ struct TensorCoreModel {
   int min_exponent = -133;  // floor of the alignment exponent
   int input_min_exponent = -126;  // the input format's minimum normal exponent (its subnormals' scale)
   int input_fraction_bits = 7;    // the input format's fraction bits (operands with more are refused)
+  // The b operand's format where it differs from a's: FP8 GEMMs multiply E5M2 by E4M3, and a
+  // subnormal input's exponent (hence a block's alignment exponent) depends on its own format.
+  // sm90_tensor_core_model sets both; the vectorised GEMM (tensor_core_gemm.hpp) takes only
+  // models whose two operands share a format.
+  int b_input_min_exponent = -126;
+  int b_input_fraction_bits = 7;
   std::string name;
 };
 
@@ -43,6 +54,9 @@ struct TensorCoreModel {
 // extra bits), "e4m3", "e5m2" (group 32, 13 fraction bits: Hopper's FP8 accumulation). Throws
 // std::invalid_argument naming the format and the ones modelled.
 TensorCoreModel sm90_tensor_core_model(const std::string& input_format);
+// Operands of two formats: a's and b's, both FP8 ("e4m3", "e5m2") or the same format (the
+// one-argument form then). std::invalid_argument for other pairs.
+TensorCoreModel sm90_tensor_core_model(const std::string& a_format, const std::string& b_format);
 
 // One block: c + sum of the n products a_i b_i (n <= 64; a_i, b_i finite values of the model's
 // input format - std::invalid_argument for an operand with more significant bits - and c a
@@ -51,5 +65,17 @@ float tensor_core_block(const float* a, const float* b, int n, float c, const Te
 
 // c + sum_k a_k b_k over K terms in blocks of m.group (the last one shorter), ascending.
 float tensor_core_dot(const float* a, const float* b, std::int64_t K, float c, const TensorCoreModel& m);
+
+// The same products with their partial sums promoted to FP32 every `interval` products, as a GEMM
+// main loop does that accumulates a few MMAs in the tensor core's accumulator and then adds it
+// to an FP32 register (CUTLASS's FP8 "promotion interval"):
+//   chunk_n = tensor_core_dot(a + n P, b + n P, min(P, K - n P), 0, m)   (blocks from the chunk's start)
+//   acc_0 = c,  acc_{n+1} = fl(acc_n + chunk_n)                          (FP32, round to nearest even)
+// with P = interval; the result is the last acc. interval >= K (one chunk) gives
+// fl(c + tensor_core_dot(..., 0, m)), which is tensor_core_dot itself for c = 0. Infinities and
+// NaN propagate through the FP32 additions (the same outcome as tensor_core_dot's rule).
+// std::invalid_argument for interval < 1.
+float tensor_core_dot_promoted(const float* a, const float* b, std::int64_t K, float c, std::int64_t interval,
+                               const TensorCoreModel& m);
 
 }  // namespace fp4d
