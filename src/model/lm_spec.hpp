@@ -67,7 +67,8 @@
 //   attention dP_tu = dO_t . v_u, D_t = sum_{u<=t} P_tu dP_tu, dS_tu = P_tu (dP_tu - D_t) scale,
 //   dq_t = sum_{u<=t} dS_tu k_u (ascending u), dk_u = sum_{t>=u} dS_tu q_t, dv_u = sum_{t>=u}
 //   P_tu dO_t (ascending t; under GQA each query head's sum is complete before the heads of a
-//   group are added in ascending head order); RMSNorm dg_j = sum_i da_ij n_ij (ascending i),
+//   group are added in ascending head order); RMSNorm dg_j = sum_i da_ij n_ij (over the rows in
+//   model/sum_order.hpp's chunks of 64, the GPU step's order),
 //   dn = da g, dh_ij = rinv_i (dn_ij - n_ij sum_k(dn_ik n_ik) / d); SwiGLU dG = dF U silu'(G),
 //   dU = dF silu(G), silu'(g) = s (1 + g (1 - s)); separate q, k, v: da = dq W_q, then + dk W_k,
 //   then + dv W_v; the embedding dE[x_i] += dH_0[i] for ascending i, added (tied) to the
@@ -87,9 +88,10 @@
 //   included) only: not on the norm gains, not on the Mamba mixers' own parameters (conv,
 //   dt_bias, a_log, D, the gated norm's gain: Mamba-2 exempts the SSM's) and not on the
 //   embedding (tied or not), whose rows only move when their tokens occur. Before it, global gradient-norm clipping: norm =
-//   sqrt(sum of g^2 over every parameter in lm_params order, elements ascending), summed in
-//   the wider of T and double; g = g * min(1, max_grad_norm / norm) in T (max_grad_norm = 0:
-//   off). Learning rate: model/lr_schedule.hpp's scheduled_lr (double, the same in every T).
+//   sqrt(sum of g^2 over every parameter in lm_params order), summed in the wider of T and
+//   double in model/sum_order.hpp's order (each parameter's elements in chunks of 256, the
+//   chunk sums by model/tree_sum.hpp's tree_sum: the GPU step's order); g = g * min(1,
+//   max_grad_norm / norm) in T (max_grad_norm = 0: off). Learning rate: model/lr_schedule.hpp's scheduled_lr (double, the same in every T).
 // Initialisation (`init`): every matrix drawn as float32 values from Philox
 //   (sim/generators.hpp's normal), a pure function of (seed, parameter index, element index),
 //   so that every T starts from the same values; gains 1.

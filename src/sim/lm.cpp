@@ -10,6 +10,7 @@
 
 #include "format/philox.hpp"
 #include "model/mlp_math.hpp"
+#include "model/sum_order.hpp"
 #include "model/tree_sum.hpp"
 #include "sim/generators.hpp"
 #include "sim/lm_attention.hpp"
@@ -163,11 +164,17 @@ void rmsnorm_forward(const std::vector<T>& h, const std::vector<T>& g, std::int6
   }
 }
 
-// dh += the gradient through the norm of da; dg = sum_i da_ij n_ij (ascending i).
+// dh += the gradient through the norm of da; dg_j = sum_i da_ij n_ij in model/sum_order.hpp's
+// row chunks (the GPU step's order: a chunk of rows per thread).
 template <class T>
 void rmsnorm_backward(const std::vector<T>& da, const NormCache<T>& c, const std::vector<T>& g, std::int64_t M,
                       std::int64_t d, std::vector<T>& dh, std::vector<T>& dg) {
-  dg.assign(static_cast<std::size_t>(d), T(0));
+  dg.resize(static_cast<std::size_t>(d));
+  for (std::int64_t j = 0; j < d; ++j)
+    dg[static_cast<std::size_t>(j)] = chunked_sum<T>(M, kRowChunk, [&](std::int64_t i) -> T {
+      const auto k = static_cast<std::size_t>(i * d + j);
+      return da[k] * c.n[k];
+    });
   const T dt = static_cast<T>(d);
   std::vector<T> dn(static_cast<std::size_t>(d));
   for (std::int64_t i = 0; i < M; ++i) {
@@ -176,7 +183,6 @@ void rmsnorm_backward(const std::vector<T>& da, const NormCache<T>& c, const std
     T dot = T(0);
     for (std::int64_t j = 0; j < d; ++j) {
       const auto jj = static_cast<std::size_t>(j);
-      dg[jj] = dg[jj] + dai[j] * ni[j];
       dn[jj] = dai[j] * g[jj];
       dot = dot + dn[jj] * ni[j];
     }
@@ -539,12 +545,21 @@ LmStepStats lm_train_step(const LmSpec& s, LmState<T>& state, const std::int32_t
   LmStepStats st;
   st.loss = run_model<T>(s, state.p, tokens, s.batch, gemm, state.step, precision, &g, nullptr);
 
-  // Global norm in Wide<T>, parameters in order, elements ascending; the clip factor in
-  // Wide<T>, rounded to T (so a wide reference's factor is not one of double's), clipping in T.
+  // Global norm in Wide<T>: each parameter's squares in chunks of kNormChunk elements, the
+  // chunks of every parameter in lm_params order added by tree_sum (model/sum_order.hpp: the
+  // GPU step's order); the clip factor in Wide<T>, rounded to T (so a wide reference's factor
+  // is not one of double's), clipping in T.
   using W = Wide<T>;
-  W ss = W(0);
-  for (const auto& gi : g)
-    for (const T& x : gi) ss += static_cast<W>(x) * static_cast<W>(x);
+  std::vector<W> chunks;
+  for (const auto& gi : g) {
+    const auto n = static_cast<std::int64_t>(gi.size());
+    for (std::int64_t c = 0; c < chunk_count(n, kNormChunk); ++c)
+      chunks.push_back(chunk_sum<W>(c, kNormChunk, n, [&](std::int64_t e) -> W {
+        const W x = static_cast<W>(gi[static_cast<std::size_t>(e)]);
+        return x * x;
+      }));
+  }
+  const W ss = tree_sum(chunks.data(), static_cast<std::int64_t>(chunks.size()));
   using std::sqrt;
   const W norm = sqrt(ss);
   st.grad_norm = static_cast<double>(norm);

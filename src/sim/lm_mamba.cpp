@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "model/mlp_math.hpp"
+#include "model/sum_order.hpp"
 #include "sim/mixer_operands.hpp"
 #include "sim/mlp_precision.hpp"
 
@@ -166,7 +167,8 @@ ScanOperands<T> scan_operands(const MambaShape& s, const MambaParams<T>& p, cons
 }
 
 // The scan's backward (header): dx [rows x DI], dB, dC [rows x GN], ddt [rows x H], dA, dD [H]
-// from dy [rows x DI].
+// from dy [rows x DI]. dA, dD and the decay term of ddt are summed in model/sum_order.hpp's
+// orders (the GPU's kernels' split of them).
 template <class T>
 void scan_backward(const MambaShape& s, const ScanOperands<T>& o, const std::vector<T>& dt, const T* D,
                    const std::vector<T>& dy, std::vector<T>& dx, std::vector<T>& dB, std::vector<T>& dC,
@@ -175,8 +177,8 @@ void scan_backward(const MambaShape& s, const ScanOperands<T>& o, const std::vec
   const std::int64_t GN = G * N, R = s.rows(), per_group = H / G, nb = s.batch;
   dx.assign(at(R * DI), T(0));
   ddt.assign(at(R * H), T(0));
-  // Per (sequence, head): its dB and dC rows (S x N), its dA and dD.
-  std::vector<T> dB_part(at(nb * H * S * N)), dC_part(at(nb * H * S * N)), dA_part(at(nb * H)), dD_part(at(nb * H));
+  // Per (sequence, head): its dB and dC rows (S x N), its dA and dD terms per position.
+  std::vector<T> dB_part(at(nb * H * S * N)), dC_part(at(nb * H * S * N)), dA_term(at(R * H)), dD_term(at(R * H));
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(R * DI * N))
   for (std::int64_t b = 0; b < nb; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
@@ -202,7 +204,6 @@ void scan_backward(const MambaShape& s, const ScanOperands<T>& o, const std::vec
         }
       }
       std::vector<T> Gm(at(P * N)), carry(at(P * N), T(0)), GB(at(P));
-      T dA_acc = T(0), dD_acc = T(0);
       for (std::int64_t t = S; t-- > 0;) {
         const T d = dtv(t);
         const T a = mlp_math::exp_of(T(d * Ah));
@@ -221,26 +222,28 @@ void scan_backward(const MambaShape& s, const ScanOperands<T>& o, const std::vec
           dCt[n] = c;
           dBt[n] = d * bsum;
         }
-        T ddt_t = T(0), da = T(0);
+        T ddt_t = T(0);
         for (std::int64_t p = 0; p < P; ++p) {
           T gb = T(0);
           for (std::int64_t n = 0; n < N; ++n) gb = gb + Gm[at(p * N + n)] * Bv(t, n);
           GB[at(p)] = gb;
-          dD_acc = dD_acc + dyt[p] * xv(t, p);
           dx[at(row(t) * DI + h * P + p)] = D[h] * dyt[p] + d * gb;
           ddt_t = ddt_t + xv(t, p) * gb;
         }
+        dD_term[at(row(t) * H + h)] = ascending_sum<T>(P, [&](std::int64_t p) -> T { return dyt[p] * xv(t, p); });
+        // <G_t, h_(t-1)>: per state column over p, then the columns (0 at a sequence's start).
+        T da = T(0);
         if (t > 0) {
           const T* hp = hs.data() + (t - 1) * P * N;
-          for (std::int64_t k = 0; k < P * N; ++k) da = da + Gm[at(k)] * hp[k];
+          da = ascending_sum<T>(N, [&](std::int64_t n) -> T {
+            return ascending_sum<T>(P, [&](std::int64_t p) -> T { return Gm[at(p * N + n)] * hp[p * N + n]; });
+          });
         }
         const T daa = da * a;
         ddt[at(row(t) * H + h)] = ddt_t + daa * Ah;
-        dA_acc = dA_acc + daa * d;
+        dA_term[at(row(t) * H + h)] = daa * d;
         for (std::int64_t k = 0; k < P * N; ++k) carry[at(k)] = a * Gm[at(k)];
       }
-      dA_part[at(task)] = dA_acc;
-      dD_part[at(task)] = dD_acc;
     }
   // Reductions in a fixed order: the heads of a group ascending, the sequences ascending.
   dB.assign(at(R * GN), T(0));
@@ -255,13 +258,19 @@ void scan_backward(const MambaShape& s, const ScanOperands<T>& o, const std::vec
           dC[dst] = dC[dst] + dC_part[src];
         }
     }
-  dA.assign(at(H), T(0));
-  dD.assign(at(H), T(0));
-  for (std::int64_t b = 0; b < nb; ++b)
-    for (std::int64_t h = 0; h < H; ++h) {
-      dA[at(h)] = dA[at(h)] + dA_part[at(b * H + h)];
-      dD[at(h)] = dD[at(h)] + dD_part[at(b * H + h)];
-    }
+  // dA and dD: per sequence its positions in descending order (the adjoint's reverse time),
+  // then the sequences ascending.
+  dA.resize(at(H));
+  dD.resize(at(H));
+  for (std::int64_t h = 0; h < H; ++h) {
+    const auto over_sequences = [&](const std::vector<T>& term) -> T {
+      return ascending_sum<T>(nb, [&](std::int64_t b) -> T {
+        return descending_sum<T>(S, [&](std::int64_t t) -> T { return term[at((b * S + t) * H + h)]; });
+      });
+    };
+    dA[at(h)] = over_sequences(dA_term);
+    dD[at(h)] = over_sequences(dD_term);
+  }
 }
 
 }  // namespace
@@ -325,8 +334,13 @@ void mamba_mixer_backward(const MambaShape& s, const MambaParams<T>& p, const T*
   check_bf16<T>(bf16);
   const std::int64_t S = s.seq, R = s.rows(), DI = s.d_inner(), CD = s.conv_dim(), W = s.in_width(), K = s.conv_width;
   const std::int64_t H = s.heads, G = s.groups, gw = DI / G, GN = G * s.state;
-  // Norm and gate.
-  gr.norm_g.assign(at(DI), T(0));
+  // Norm and gate; the gain's gradient in model/sum_order.hpp's row chunks.
+  gr.norm_g.resize(at(DI));
+  for (std::int64_t j = 0; j < DI; ++j)
+    gr.norm_g[at(j)] = chunked_sum<T>(R, kRowChunk, [&](std::int64_t i) -> T {
+      const std::size_t k = at(i * DI + j);
+      return dout[k] * c.n[k];
+    });
   std::vector<T> dy(at(R * DI));
   const T len = static_cast<T>(gw);
   std::vector<T> dn(at(gw));
@@ -335,7 +349,6 @@ void mamba_mixer_backward(const MambaShape& s, const MambaParams<T>& p, const T*
       T dot = T(0);
       for (std::int64_t j = g * gw; j < (g + 1) * gw; ++j) {
         const std::size_t k = at(i * DI + j);
-        gr.norm_g[at(j)] = gr.norm_g[at(j)] + dout[k] * c.n[k];
         dn[at(j - g * gw)] = dout[k] * p.norm_g[j];
         dot = dot + dn[at(j - g * gw)] * c.n[k];
       }
@@ -358,14 +371,18 @@ void mamba_mixer_backward(const MambaShape& s, const MambaParams<T>& p, const T*
   gr.d_skip = dD;
   gr.a_log.resize(at(H));
   for (std::int64_t h = 0; h < H; ++h) gr.a_log[at(h)] = dA[at(h)] * o.A[at(h)];  // dA/da_log = A
-  gr.dt_bias.assign(at(H), T(0));
   for (std::int64_t i = 0; i < R; ++i)
     for (std::int64_t h = 0; h < H; ++h) {
       const T v = zxbcdt[i * W + DI + CD + h] + p.dt_bias[h];
       const T draw = v > T(kMambaSoftplusLinear) ? ddt[at(i * H + h)] : ddt[at(i * H + h)] * mlp_math::sigmoid(v);
       dzxbcdt[i * W + DI + CD + h] = draw;
-      gr.dt_bias[at(h)] = gr.dt_bias[at(h)] + draw;
     }
+  // dt_bias: per sequence its positions ascending, then the sequences ascending.
+  gr.dt_bias.resize(at(H));
+  for (std::int64_t h = 0; h < H; ++h)
+    gr.dt_bias[at(h)] = ascending_sum<T>(R / S, [&](std::int64_t b) -> T {
+      return ascending_sum<T>(S, [&](std::int64_t t) -> T { return dzxbcdt[((b * S + t) * W) + DI + CD + h]; });
+    });
   // SiLU after the convolution, then the convolution.
   std::vector<T> dpre(at(R * CD));
   for (std::int64_t i = 0; i < R; ++i)
@@ -373,20 +390,19 @@ void mamba_mixer_backward(const MambaShape& s, const MambaParams<T>& p, const T*
       const T dpost = ch < DI ? dx[at(i * DI + ch)] : ch < DI + GN ? dB[at(i * GN + ch - DI)] : dC[at(i * GN + ch - DI - GN)];
       dpre[at(i * CD + ch)] = dpost * silu_derivative(c.pre[at(i * CD + ch)]);
     }
-  gr.conv_b.assign(at(CD), T(0));
-  gr.conv_w.assign(at(CD * K), T(0));
+  // The weights' and the bias's gradients in model/sum_order.hpp's row chunks (a tap before the
+  // sequence's start adds +0).
+  gr.conv_b.resize(at(CD));
+  gr.conv_w.resize(at(CD * K));
 #pragma omp parallel for schedule(static) if (parallel_worth(R * CD * K))
   for (std::int64_t ch = 0; ch < CD; ++ch) {
-    for (std::int64_t i = 0; i < R; ++i) gr.conv_b[at(ch)] = gr.conv_b[at(ch)] + dpre[at(i * CD + ch)];
-    for (std::int64_t k = 0; k < K; ++k) {
-      T acc = T(0);
-      for (std::int64_t i = 0; i < R; ++i) {
+    gr.conv_b[at(ch)] = chunked_sum<T>(R, kRowChunk, [&](std::int64_t i) -> T { return dpre[at(i * CD + ch)]; });
+    for (std::int64_t k = 0; k < K; ++k)
+      gr.conv_w[at(ch * K + k)] = chunked_sum<T>(R, kRowChunk, [&](std::int64_t i) -> T {
         const std::int64_t t = i % S, pos = t - K + 1 + k;
-        if (pos < 0) continue;
-        acc = acc + dpre[at(i * CD + ch)] * zxbcdt[(i - t + pos) * W + DI + ch];
-      }
-      gr.conv_w[at(ch * K + k)] = acc;
-    }
+        if (pos < 0) return T(0);
+        return dpre[at(i * CD + ch)] * zxbcdt[(i - t + pos) * W + DI + ch];
+      });
     // The input at position q feeds the outputs q + K - 1 - k (k ascending).
     for (std::int64_t i = 0; i < R; ++i) {
       const std::int64_t t = i % S;

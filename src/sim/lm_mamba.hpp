@@ -34,9 +34,14 @@
 // which every chunking computes): G_t = dy_t C_t^T + exp(dt_(t+1) A) G_(t+1);
 // dC_t = h_t^T dy_t, dx_t = D dy_t + dt_t G_t B_t, dB_t = dt_t G_t^T x_t,
 // d dt_t = x_t . (G_t B_t) + <G_t, h_(t-1)> exp(dt_t A) A, dA = sum_t <G_t, h_(t-1)> exp(dt_t A) dt_t,
-// dD = sum_t dy_t . x_t. Sums over sequences, and over the heads of a group (dB, dC), are
-// completed per (sequence, head) and then added in ascending order, so results do not depend on
-// the thread count.
+// dD = sum_t dy_t . x_t. Sums over the heads of a group (dB, dC) are completed per (sequence,
+// head) and then added in ascending head order; the long sums take model/sum_order.hpp's
+// orders, the GPU's kernels' (lm_mamba_kernels.cuh): <G_t, h_(t-1)> per state column over p,
+// then the columns; dA and dD per position (dD's over p), per sequence over the positions in
+// reverse time, then the sequences ascending; dt_bias per sequence over the positions, then
+// the sequences; the gated norm's gain and the conv's weights and bias over the rows in chunks
+// of 64. So results do not depend on the thread count, and the float mixer is the GPU's bit for
+// bit.
 //
 // bf16 (T = float only): the scan's operands x, B, C (after the convolution and SiLU) and its
 // incoming gradient dy are rounded to BF16 (RNE), as a fused scan kernel reads them in the

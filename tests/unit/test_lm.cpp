@@ -1,7 +1,7 @@
 // The `lm` model (sim/lm.hpp, model/lm_spec.hpp): the forward pass against an independent
 // naive one, every parameter's backward against finite differences, causality, RoPE and the
 // softmax, the GemmFn plumbing, float32 vs double within a rounding-derived bound, the optimizer
-// step, learning, determinism, the spec's layout, validation and tiling messages, and the wide
+// step, the orders of the sums the GPU step shares (model/sum_order.hpp), learning, determinism, the spec's layout, validation and tiling messages, and the wide
 // references: binary128 against double and mp256 within rounding-derived bounds, and binary128
 // gradients against binary128 finite differences.
 #include <omp.h>
@@ -19,6 +19,7 @@
 
 #include "model/mlp_spec.hpp"
 #include "model/recipe_gemm.hpp"
+#include "model/tree_sum.hpp"
 #include "sim/lm.hpp"
 #include "sim/lm_attention.hpp"
 #include "sim/lm_mamba.hpp"
@@ -666,6 +667,74 @@ TEST_CASE("lm: AdamW step, weight-decay exclusions and global-norm clipping", "[
         }
       }
     }
+}
+
+// The sums the GPU step shares with this one in model/sum_order.hpp's orders, recomputed from
+// the step's own operands without the helpers: the final norm gain's gradient from the head
+// GEMM's input (the normalised rows: the gain is 1 at initialisation) and Dgrad output, over
+// the rows in chunks of 64 (each ascending, then the chunks); the clipping norm from the
+// gradients, each parameter's squares in chunks of 256 (ascending, in double), the chunk sums
+// in model/tree_sum.hpp's pairwise order. 200 rows make 4 row chunks (the last partial). Plain
+// ascending sums give other bits here (in some gain column, and for the norm), so the checks
+// see the order.
+TEST_CASE("lm: the gains' gradients and the clipping norm follow model/sum_order.hpp's orders", "[lm]") {
+  LmSpec s;
+  s.vocab = 64, s.d_model = 32, s.heads = 4, s.kv_heads = 2, s.ffn = 48, s.seq_len = 40, s.batch = 5;
+  s.pattern = "AF";
+  const auto lin = lm_linears(s);
+  const int head = static_cast<int>(lin.size()) - 1;
+  Matrix head_input, head_da;
+  const GemmFn fn = [&](const GemmCall& c, const Matrix& a, const Matrix& b) {
+    Matrix r = plain_float32_product(c.role, a, b);
+    if (c.layer == head && c.role == GemmRole::Fprop) head_input = a;
+    if (c.layer == head && c.role == GemmRole::Dgrad) head_da = r;
+    return r;
+  };
+  const auto tok = random_tokens(s, s.batch, 9);
+  LmState<float> st = init_lm_state<float>(s);
+  std::vector<std::vector<float>> g;
+  lm_loss_and_gradients<float>(s, st.p, tok.data(), s.batch, fn, &g, 0, LmPrecision{});
+  const std::size_t gf = param_index(s, "final_norm");
+  for (const float v : st.p[gf]) REQUIRE(v == 1.0f);
+  const std::int64_t M = s.batch * s.seq_len, d = s.d_model;
+  REQUIRE((head_input.rows == M && head_input.cols == d && head_da.rows == M && head_da.cols == d));
+  const auto bits = [](float x) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
+  int differs = 0;
+  for (std::int64_t j = 0; j < d; ++j) {
+    float chunked = 0.0f, ascending = 0.0f;
+    for (std::int64_t c0 = 0; c0 < M; c0 += 64) {
+      float part = 0.0f;
+      for (std::int64_t i = c0; i < std::min<std::int64_t>(c0 + 64, M); ++i) part = part + head_da(i, j) * head_input(i, j);
+      chunked = chunked + part;
+    }
+    for (std::int64_t i = 0; i < M; ++i) ascending = ascending + head_da(i, j) * head_input(i, j);
+    INFO("final norm gain, column " << j);
+    CHECK(bits(g[gf][static_cast<std::size_t>(j)]) == bits(chunked));
+    differs += chunked != ascending ? 1 : 0;
+  }
+  CHECK(differs > 0);
+  std::vector<double> chunks;
+  double ascending = 0;
+  for (const auto& gi : g) {
+    for (std::size_t c0 = 0; c0 < gi.size(); c0 += 256) {
+      double part = 0;
+      for (std::size_t e = c0; e < std::min<std::size_t>(c0 + 256, gi.size()); ++e)
+        part = part + static_cast<double>(gi[e]) * static_cast<double>(gi[e]);
+      chunks.push_back(part);
+    }
+    for (const float x : gi) ascending = ascending + static_cast<double>(x) * static_cast<double>(x);
+  }
+  const double tree = std::sqrt(tree_sum(chunks.data(), static_cast<std::int64_t>(chunks.size())));
+  const LmStepStats r = lm_train_step<float>(s, st, tok.data(), fn, LmPrecision{});
+  std::uint64_t a, b;
+  std::memcpy(&a, &r.grad_norm, sizeof a);
+  std::memcpy(&b, &tree, sizeof b);
+  CHECK(a == b);
+  CHECK(std::sqrt(ascending) != tree);  // one running sum's bits differ here: the check sees the order
 }
 
 // 7. Learning: tokens counting up (t -> t + 1 mod V, a different start per sequence and step)

@@ -1,11 +1,14 @@
 // The Mamba-2 mixer (sim/lm_mamba.hpp): the chunked and the plain scan against an independent
 // naive evaluation of the recurrence's closed form in binary128, within bounds derived from
 // the unit roundoff; chunked against plain; the mixer's backward against central finite
-// differences in double; BF16 operands only for float; shape refusals.
+// differences in double; the gain and dt_bias gradients in model/sum_order.hpp's orders (the
+// GPU's); BF16 operands only for float; shape refusals.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -348,4 +351,68 @@ TEST_CASE("the mixer's results do not depend on the thread count") {
   omp_set_num_threads(saved);
   CHECK(one == two);
   CHECK(one == three);
+}
+
+TEST_CASE("the mixer's gated-norm gain and dt_bias gradients are summed in model/sum_order.hpp's orders") {
+  // The GPU's kernels sum these in the orders below (lm_mamba_kernels.cuh), so the float mixer
+  // must: the gain over the rows in chunks of 64 (each chunk ascending, then the chunks), dt_bias
+  // per sequence over its positions ascending, then the sequences. Both are recomputed here
+  // from the mixer's own outputs (the forward's normalised values, the dt_raw column of the
+  // input gradient), written out without the helpers. 4 sequences of 40 positions: 160 rows,
+  // 3 row chunks (the last partial) that cut across the sequences. A plain ascending sum over
+  // the rows differs from both in some element for these values, so the checks see the order.
+  MambaShape s = test_shape();
+  s.batch = 4, s.seq = 40, s.heads = 4, s.head_dim = 4, s.state = 8, s.groups = 2, s.chunk = 8;
+  const Mixer m = random_mixer(s, 21, 0.0);
+  const auto f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  const auto z = f(m.zxbcdt), cw = f(m.conv_w), cb = f(m.conv_b), dtb = f(m.dt_bias), al = f(m.a_log), ds = f(m.d_skip),
+             ng = f(m.norm_g);
+  const MambaParams<float> p{cw.data(), cb.data(), dtb.data(), al.data(), ds.data(), ng.data()};
+  const std::int64_t R = s.rows(), DI = s.d_inner(), W = s.in_width(), col = DI + s.conv_dim();
+  std::mt19937_64 rng(22);
+  std::normal_distribution<double> nd;
+  std::vector<float> dout(static_cast<std::size_t>(R * DI)), out(dout.size()), dz(z.size());
+  for (float& v : dout) v = static_cast<float>(nd(rng));
+  MambaCache<float> c;
+  mamba_mixer_forward(s, p, z.data(), 1e-6f, true, c, out.data());
+  MambaGrads<float> g;
+  mamba_mixer_backward(s, p, z.data(), c, dout.data(), 1e-6f, true, dz.data(), g);
+  const auto bits = [](float x) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
+  int gain_differs = 0, dt_differs = 0;
+  for (std::int64_t j = 0; j < DI; ++j) {
+    float chunked = 0.0f, ascending = 0.0f;
+    for (std::int64_t c0 = 0; c0 < R; c0 += 64) {
+      float part = 0.0f;
+      for (std::int64_t i = c0; i < std::min<std::int64_t>(c0 + 64, R); ++i) {
+        const auto k = static_cast<std::size_t>(i * DI + j);
+        part = part + dout[k] * c.n[k];
+      }
+      chunked = chunked + part;
+    }
+    for (std::int64_t i = 0; i < R; ++i) {
+      const auto k = static_cast<std::size_t>(i * DI + j);
+      ascending = ascending + dout[k] * c.n[k];
+    }
+    INFO("gain gradient " << j);
+    CHECK(bits(g.norm_g[static_cast<std::size_t>(j)]) == bits(chunked));
+    gain_differs += chunked != ascending ? 1 : 0;
+  }
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    float per_sequence = 0.0f, ascending = 0.0f;
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      float part = 0.0f;
+      for (std::int64_t t = 0; t < s.seq; ++t) part = part + dz[static_cast<std::size_t>((b * s.seq + t) * W + col + h)];
+      per_sequence = per_sequence + part;
+    }
+    for (std::int64_t i = 0; i < R; ++i) ascending = ascending + dz[static_cast<std::size_t>(i * W + col + h)];
+    INFO("dt_bias gradient " << h);
+    CHECK(bits(g.dt_bias[static_cast<std::size_t>(h)]) == bits(per_sequence));
+    dt_differs += per_sequence != ascending ? 1 : 0;
+  }
+  CHECK(gain_differs > 0);
+  CHECK(dt_differs > 0);
 }
