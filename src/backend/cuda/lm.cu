@@ -21,6 +21,7 @@
 #include "model/lr_schedule.hpp"
 #include "model/mlp_math.hpp"
 #include "model/recipe_gemm.hpp"
+#include "model/sum_order.hpp"
 #include "sim/lm_attention.hpp"  // rope_table: the CPU's cos / sin values, uploaded
 
 namespace fp4d::cuda {
@@ -104,7 +105,13 @@ struct LmCudaTrainer::Impl {
   Buf<float> dO, dqkv, dq, dk, dv, dP, dkh, dvh, df, dgu, gain_partial;
   std::unique_ptr<MambaMixerCuda> mixer;  // with M blocks: the mixers' kernels and backward scratch
   Buf<float> dmy, dzx;                    // the gradients of a mixer's output and of its in-projection's
-  Buf<double> loss_terms, loss_sum, norm_partial;  // loss: a term per position, their tree sum
+  Buf<double> loss_terms, loss_sum;  // loss: a term per position, their tree sum
+  // The clipping norm (model/sum_order.hpp): its chunks' places in G (start, count: a parameter's
+  // kNormChunk elements or its last few), their sums of squares, the tree sum of those.
+  std::int64_t norm_chunks = 0;
+  Buf<std::int64_t> norm_start;
+  Buf<std::int32_t> norm_count;
+  Buf<double> norm_sq, norm_sum;
   Buf<ClipState> clip;
   Buf<unsigned long long> lost;
   Buf<LmStepParams> params;
@@ -214,10 +221,21 @@ struct LmCudaTrainer::Impl {
     dgu = buf<float>(ffn ? M * 2 * F : 0, "cudaMalloc (dgu)");
     dmy = buf<float>(mixer ? M * mixer->dims().DI : 0, "cudaMalloc (mamba mixer output gradient)");
     dzx = buf<float>(mixer ? M * mixer->dims().W : 0, "cudaMalloc (mamba in-projection gradient)");
-    gain_partial = buf<float>((M + kGainChunk - 1) / kGainChunk * d, "cudaMalloc (gain partials)");
+    gain_partial = buf<float>(chunk_count(M, kRowChunk) * d, "cudaMalloc (gain partials)");
     loss_terms = buf<double>(M, "cudaMalloc (loss terms)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
-    norm_partial = buf<double>(kReduceBlocks, "cudaMalloc (norm partials)");
+    std::vector<std::int64_t> starts;
+    std::vector<std::int32_t> counts;
+    for (std::size_t i = 0; i < info.size(); ++i)
+      for (std::int64_t c = 0; c < chunk_count(len[i], kNormChunk); ++c) {
+        starts.push_back(off[i] + c * kNormChunk);
+        counts.push_back(static_cast<std::int32_t>(std::min(kNormChunk, len[i] - c * kNormChunk)));
+      }
+    norm_chunks = static_cast<std::int64_t>(starts.size());
+    norm_start = std::make_unique<DeviceBuffer<std::int64_t>>(starts, "cudaMalloc (norm chunk starts)");
+    norm_count = std::make_unique<DeviceBuffer<std::int32_t>>(counts, "cudaMalloc (norm chunk counts)");
+    norm_sq = buf<double>(norm_chunks, "cudaMalloc (norm chunk sums)");
+    norm_sum = buf<double>(1, "cudaMalloc (norm sum)");
     clip = buf<ClipState>(1, "cudaMalloc (clip)");
     lost = buf<unsigned long long>(n_params, "cudaMalloc (lost updates)");
     params = buf<LmStepParams>(1, "cudaMalloc (step parameters)");
@@ -548,9 +566,12 @@ struct LmCudaTrainer::Impl {
   }
 
   void clip_and_update() {
-    sum_squares_kernel<<<kReduceBlocks, kThreads, 0, stream>>>(G->p, total, norm_partial->p);
-    launch_check("sum_squares_kernel launch");
-    clip_kernel<<<1, kThreads, 0, stream>>>(norm_partial->p, kReduceBlocks, spec.optimizer.max_grad_norm, clip->p);
+    norm_chunks_kernel<<<blocks_for(norm_chunks), kThreads, 0, stream>>>(G->p, norm_start->p, norm_count->p, norm_chunks,
+                                                                        norm_sq->p);
+    launch_check("norm_chunks_kernel launch");
+    tree_sum_kernel<<<1, kThreads, 0, stream>>>(norm_sq->p, norm_chunks, norm_sum->p);
+    launch_check("tree_sum_kernel launch (clipping norm)");
+    clip_kernel<<<1, 1, 0, stream>>>(norm_sum->p, spec.optimizer.max_grad_norm, clip->p);
     launch_check("clip_kernel launch");
     check(cudaMemsetAsync(lost->p, 0, info.size() * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
     for (std::size_t i = 0; i < info.size(); ++i) {

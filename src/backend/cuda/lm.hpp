@@ -7,24 +7,24 @@
 // Semantics: sim/lm.hpp's lm_train_step<float> with model/recipe_gemm.hpp's RecipeGemm, operand
 // for operand (the same QuantSpecs from gemm_operand_spec, the same SR seeds and streams: the
 // GemmCall layer is the linear's index in lm_linears), and the same precision policy
-// (LmPrecision::bf16_mixers). What differs from the CPU run is arithmetic that is not
-// quantization:
-//   - the linear layers' GEMMs accumulate on the tensor cores (FP32 accumulators in the
-//     hardware's order, docs/numerics.md 8b) instead of ascending-k FP32 sums;
-//   - the norm gains' gradients sum the rows in fixed chunks and the clipping norm sums in
-//     double in a fixed tree of its own (lm_kernels.cuh says which ops are bit-identical).
-// exp, log and log1p are format/portable_math.hpp's on both sides, and the loss is a term per
-// position summed in model/tree_sum.hpp's order, as the CPU run sums it. With the sm90
-// accumulator the linear layers take only cuBLASLt algorithms that sum in k order (the CPU's
-// model) and fp32 layers sum in ascending k; the chunked and tree sums above are what remains
-// between this run and the CPU run.
+// (LmPrecision::bf16_mixers). What differs from the CPU run by default is one thing that is not
+// quantization: the linear layers' GEMMs accumulate on the tensor cores (FP32 accumulators in
+// the hardware's order, docs/numerics.md 8b) instead of ascending-k FP32 sums. Everything else
+// is the CPU's expression in the CPU's order (lm_kernels.cuh, lm_mamba_kernels.cuh): exp, log
+// and log1p are format/portable_math.hpp's on both sides, the loss is a term per position
+// summed in model/tree_sum.hpp's order, and the long sums - the norm gains' gradients, the
+// clipping norm, the Mamba mixers' parameter gradients and dt's decay term - take
+// model/sum_order.hpp's orders on both sides. With the sm90 accumulator the linear layers take
+// only cuBLASLt algorithms that sum in k order (the CPU's model) and fp32 layers sum in
+// ascending k, so nothing remains: this run is the CPU run bit for bit (asserted by
+// tests/gpu/test_gpu_lm.cpp; not yet run on an H200).
 // The attention products run as SIMT kernels whose every output element is an ascending FP32
 // sum (the CPU's order), materialising the probabilities (batch x heads x seq^2 floats per
 // attention block): plain and exact rather than fast.
 // Each step after the first runs as one CUDA graph: the kernels read the step's SR seed and
 // AdamW coefficients from device memory, the tokens are copied up before the launch.
-// Mamba-2 blocks run their mixer as kernels of the same graph (lm_mamba_kernels.cuh says which
-// of its sums keep the CPU's order); the scan backward checkpoints every 4th position's state
+// Mamba-2 blocks run their mixer as kernels of the same graph (lm_mamba_kernels.cuh: the CPU
+// mixer's expressions and orders); the scan backward checkpoints every 4th position's state
 // (batch x mixer heads x seq_len / 4 x head_dim x state floats, shared by the blocks) and
 // recomputes the others, in the CPU's recurrence.
 // Other recipes (fp8, mxfp4), shapes that do not tile by 16 and mixers too large for the scan

@@ -6,16 +6,16 @@
 // replays every step. Internal linkage: the kernels belong to the one translation unit that
 // launches them.
 //
-// What is bit-identical to sim/lm.cpp's float run from equal inputs: the embedding, RMSNorm's
-// rows (their sums run along the row in ascending order), RoPE, the attention
+// Everything here is bit-identical to sim/lm.cpp's float run from equal inputs: the embedding,
+// RMSNorm's rows (their sums run along the row in ascending order), RoPE, the attention
 // products (ascending sums, BF16 operands where the precision policy says), the GQA head sums,
-// the embedding's scatter-add (positions in ascending order per token), clipping's scaling and
-// AdamW, the softmax, SiLU and the cross-entropy gradient (format/portable_math.hpp's exp on
-// both sides), and the loss (a term per position, model/tree_sum.hpp's order on both sides).
-// What differs: the norm gains' gradient (sum over the rows in fixed chunks of kGainChunk rows,
-// the chunks then in ascending order, instead of one ascending sum: a serial sum over every
-// row would leave the GPU idle); the clipping norm (double, fixed tree instead of ascending
-// order).
+// the embedding's scatter-add (positions in ascending order per token), the softmax, SiLU and
+// the cross-entropy gradient (format/portable_math.hpp's exp on both sides), the loss (a term
+// per position, model/tree_sum.hpp's order), the norm gains' gradients (model/sum_order.hpp's
+// row chunks: a thread per chunk of kRowChunk rows and column, then a thread per column over
+// its chunks), the clipping norm (sum_order.hpp: a thread per chunk of kNormChunk elements of a
+// parameter, the chunk sums added by tree_sum_kernel), clipping's scaling and AdamW. Maxima
+// take std::max's rule (a < b ? b : a) where a NaN could otherwise be dropped differently.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +27,7 @@
 #include "backend/cuda/launch_util.cuh"
 #include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
+#include "model/sum_order.hpp"
 
 namespace fp4d::cuda {
 
@@ -39,7 +40,7 @@ struct LmStepParams {
   LmAdam decay{}, no_decay{};
 };
 
-// The clipping state of a step: the squared norm's partial sums go to `partial`, then these.
+// The clipping state of a step: the squared norm's chunk sums, their tree sum, then these.
 struct ClipState {
   double norm = 0;
   float factor = 1;
@@ -129,32 +130,23 @@ __global__ void rmsnorm_backward_rows_kernel(const float* __restrict__ da, const
   }
 }
 
-// The gain's gradient dg_j = sum_i da_ij n_ij: rows in chunks of kGainChunk, each chunk summed
-// in ascending order (partial[c][j]), then the chunks in ascending order.
-constexpr std::int64_t kGainChunk = 64;
+// The gain's gradient dg_j = sum_i da_ij n_ij in model/sum_order.hpp's chunked_sum over the
+// rows: partial[c][j] = chunk c's chunk_sum, then each column's chunks by ascending_sum.
 __global__ void gain_partial_kernel(const float* __restrict__ da, const float* __restrict__ n, float* __restrict__ partial,
                                     std::int64_t M, std::int64_t d) {
-  const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
-  FP4D_GRID_STRIDE(e, chunks * d) {
+  FP4D_GRID_STRIDE(e, chunk_count(M, kRowChunk) * d) {
     const std::int64_t c = e / d, j = e % d;
-    const std::int64_t end = c * kGainChunk + kGainChunk < M ? c * kGainChunk + kGainChunk : M;
-    float acc = 0.0f;
-    for (std::int64_t i = c * kGainChunk; i < end; ++i) acc = acc + da[i * d + j] * n[i * d + j];
-    partial[e] = acc;
+    partial[e] = chunk_sum<float>(c, kRowChunk, M, [&](std::int64_t i) -> float { return da[i * d + j] * n[i * d + j]; });
   }
 }
 __global__ void gain_sum_kernel(const float* __restrict__ partial, float* __restrict__ dg, std::int64_t chunks,
                                 std::int64_t d) {
-  FP4D_GRID_STRIDE(j, d) {
-    float acc = 0.0f;
-    for (std::int64_t c = 0; c < chunks; ++c) acc = acc + partial[c * d + j];
-    dg[j] = acc;
-  }
+  FP4D_GRID_STRIDE(j, d) dg[j] = ascending_sum<float>(chunks, [&](std::int64_t c) -> float { return partial[c * d + j]; });
 }
-// Both passes on stream s: dg [d] from da and n [M x d], partial holding ceil(M / kGainChunk) x d.
+// Both passes on stream s: dg [d] from da and n [M x d], partial holding chunk_count(M, kRowChunk) x d.
 inline void launch_gain_gradient(const float* da, const float* n, float* partial, float* dg, std::int64_t M,
                                  std::int64_t d, cudaStream_t s) {
-  const std::int64_t chunks = (M + kGainChunk - 1) / kGainChunk;
+  const std::int64_t chunks = chunk_count(M, kRowChunk);
   gain_partial_kernel<<<blocks_for(chunks * d), kThreads, 0, s>>>(da, n, partial, M, d);
   check(cudaGetLastError(), "gain_partial_kernel launch");
   gain_sum_kernel<<<blocks_for(d), kThreads, 0, s>>>(partial, dg, chunks, d);
@@ -423,12 +415,12 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int3
     float* li = logits + i * V;
     const std::int64_t y = tokens[(i / S) * (S + 1) + i % S + 1];
     double mx = li[0];
-    for (std::int64_t j = 1; j < V; ++j) mx = fmax(mx, static_cast<double>(li[j]));
+    for (std::int64_t j = 1; j < V; ++j) mx = mx < static_cast<double>(li[j]) ? static_cast<double>(li[j]) : mx;
     double se = 0.0;
     for (std::int64_t j = 0; j < V; ++j) se += mlp_math::exp_of(double(static_cast<double>(li[j]) - mx));
     terms[i] = (mx + mlp_math::log_of(se)) - static_cast<double>(li[y]);
     float m = li[0];
-    for (std::int64_t j = 1; j < V; ++j) m = fmaxf(m, li[j]);
+    for (std::int64_t j = 1; j < V; ++j) m = m < li[j] ? li[j] : m;
     float sum = 0.0f;
     for (std::int64_t j = 0; j < V; ++j) {
       li[j] = mlp_math::exp_of(float(li[j] - m));
@@ -439,24 +431,25 @@ __global__ void cross_entropy_kernel(float* __restrict__ logits, const std::int3
 }
 
 // ---- clipping and AdamW ----
-// Partial sums of g^2 in double over the flat gradient (every parameter, padding zeros).
-__global__ void sum_squares_kernel(const float* __restrict__ g, std::int64_t n, double* __restrict__ partial) {
-  double acc = 0.0;
-  FP4D_GRID_STRIDE(i, n) {
-    const double v = g[i];
-    acc += v * v;
+// The clipping norm's chunk sums (model/sum_order.hpp): chunk c of the gradient is
+// g[start[c] ..) with count[c] <= kNormChunk elements, one parameter's, chunks in lm_params
+// order; sq[c] = its chunk_sum of g^2 in double (each square exact). tree_sum_kernel adds them.
+__global__ void norm_chunks_kernel(const float* __restrict__ g, const std::int64_t* __restrict__ start,
+                                   const std::int32_t* __restrict__ count, std::int64_t chunks, double* __restrict__ sq) {
+  FP4D_GRID_STRIDE(c, chunks) {
+    const float* x = g + start[c];
+    sq[c] = chunk_sum<double>(0, kNormChunk, count[c], [&](std::int64_t e) -> double {
+      const double v = x[e];
+      return v * v;
+    });
   }
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// norm = sqrt(sum), factor = float(max_norm / norm) where clipping applies (sim/lm.cpp's rule).
-__global__ void clip_kernel(const double* __restrict__ partial, int n, double max_norm, ClipState* __restrict__ clip) {
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  const double s = block_sum(acc);
-  if (threadIdx.x == 0) {
-    const double norm = sqrt(s);
+// norm = sqrt(sum of squares), factor = float(max_norm / norm) where clipping applies
+// (sim/lm.cpp's rule).
+__global__ void clip_kernel(const double* __restrict__ sum, double max_norm, ClipState* __restrict__ clip) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    const double norm = sqrt(*sum);
     clip->norm = norm;
     clip->apply = max_norm > 0.0 && norm > max_norm;
     clip->factor = clip->apply ? static_cast<float>(max_norm / norm) : 1.0f;

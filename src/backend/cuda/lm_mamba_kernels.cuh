@@ -2,18 +2,18 @@
 // sim/lm_mamba.hpp's expressions in its order (--fmad=false), so that equal inputs give the
 // CPU's float bits wherever a sum can keep the CPU's serial order at the GPU's pace.
 //
-// Bit-identical to sim/lm_mamba.cpp's float mixer from equal inputs (exp and log1p are
-// format/portable_math.hpp's on both sides): the convolution and SiLU, softplus, the chunked scan's
-// forward (one block per sequence and head walks the chunks in order; every sum of the SSD form
-// runs in the CPU's order), the gate and gated RMSNorm, the states of the backward's plain
-// recurrence, the adjoint G_t, dC, dB, dx, the per-position dt gradient but for its decay term,
-// the sums over a group's heads, dA and the convolution's input gradient.
-// What differs, each a sum over many terms that one thread summing serially would leave the
-// GPU idle for: the decay term's <G_t, h_(t-1)> (per state column over p, then the columns in
-// ascending order, instead of one sum in (p, n) order), dD (per position over p, then the
-// positions, instead of one running sum), dt_bias (per sequence, then the sequences, instead of
-// one sum over the rows), the convolution's weight and bias gradients and the gated norm's gain
-// gradient (rows in chunks of kGainChunk, then the chunks, as lm_kernels.cuh's gain sums).
+// Everything is bit-identical to sim/lm_mamba.cpp's float mixer from equal inputs (exp and log1p
+// are format/portable_math.hpp's on both sides): the convolution and SiLU, softplus, the chunked
+// scan's forward (one block per sequence and head walks the chunks in order; every sum of the
+// SSD form runs in the CPU's order), the gate and gated RMSNorm, the states of the backward's
+// plain recurrence, the adjoint G_t, dC, dB, dx, the per-position dt gradient, the sums over a
+// group's heads and the convolution's input gradient. The sums over many terms, which one
+// thread summing serially would leave the GPU idle for, take model/sum_order.hpp's orders,
+// which the CPU mixer follows: the decay term <G_t, h_(t-1)> (per state column over p in the
+// adjoint, then the columns in mamba_dt_backward_kernel), dD and dA (per position, then per
+// sequence over the positions, then the sequences), dt_bias (per sequence, then the
+// sequences), the convolution's weight and bias gradients and the gated norm's gain gradient
+// (row chunks of kRowChunk, then the chunks, as lm_kernels.cuh's gain sums).
 //
 // Shared-memory layouts are chosen so that a warp's 32 lanes read 32 consecutive words or one
 // broadcast word in every inner loop (the state as [n][p], B transposed, G's rows padded).
@@ -28,6 +28,7 @@
 #include "backend/cuda/lm_kernels.cuh"   // lane0_serial_sum, kRowWarps
 #include "format/bf16.hpp"
 #include "model/mlp_math.hpp"
+#include "model/sum_order.hpp"
 #include "sim/lm_mamba.hpp"  // kMambaSoftplusLinear
 
 namespace fp4d::cuda {
@@ -339,10 +340,9 @@ __global__ void mamba_scan_adjoint_kernel(MambaDims m, const float* __restrict__
           dB_part[q0 + n] = d * bsum;
         } else if (j < 3 * N) {
           const std::int64_t n = j - 2 * N;
-          float dap = 0.0f;
-          if (t > 0)
-            for (std::int64_t p = 0; p < P; ++p) dap = dap + Gs[p * GR + n] * hp[p * N + n];
-          da_part[q0 + n] = dap;
+          da_part[q0 + n] =
+              t > 0 ? ascending_sum<float>(P, [&](std::int64_t p) -> float { return Gs[p * GR + n] * hp[p * N + n]; })
+                    : 0.0f;
         } else {
           const std::int64_t p = j - 3 * N;
           float gb = 0.0f;
@@ -388,15 +388,13 @@ __global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ 
   FP4D_GRID_STRIDE(e, m.R * m.H) {
     const std::int64_t i = e / m.H, h = e % m.H, b = i / m.S, t = i % m.S;
     const float A = decay_rate(a_log, h), d = dt[e];
-    float ddt = 0.0f, dd = 0.0f;
-    for (std::int64_t p = 0; p < m.P; ++p) {
-      const float x = scan_operand(xbc[i * m.CD + h * m.P + p], m.bf16);
-      ddt = ddt + x * GB[i * m.DI + h * m.P + p];
-      dd = dd + dy[i * m.DI + h * m.P + p] * x;
-    }
-    float da = 0.0f;
-    if (t > 0)
-      for (std::int64_t n = 0; n < m.N; ++n) da = da + da_part[((b * m.H + h) * m.S + t) * m.N + n];
+    const auto x = [&](std::int64_t p) { return scan_operand(xbc[i * m.CD + h * m.P + p], m.bf16); };
+    float ddt = 0.0f;
+    for (std::int64_t p = 0; p < m.P; ++p) ddt = ddt + x(p) * GB[i * m.DI + h * m.P + p];
+    const float dd = ascending_sum<float>(m.P, [&](std::int64_t p) -> float { return dy[i * m.DI + h * m.P + p] * x(p); });
+    const float da =
+        t > 0 ? ascending_sum<float>(m.N, [&](std::int64_t n) -> float { return da_part[((b * m.H + h) * m.S + t) * m.N + n]; })
+              : 0.0f;
     const float daa = da * mlp_math::exp_of(float(d * A));
     const float total = ddt + daa * A;
     dA_term[e] = daa * d;
@@ -408,22 +406,17 @@ __global__ void mamba_dt_backward_kernel(MambaDims m, const float* __restrict__ 
   }
 }
 
-// The per-head parameters' gradients in two passes. Per (sequence, head), one thread:
-// dt_bias's part over the positions ascending, dA's and dD's descending (the adjoint's order);
-// parts [sequence][3][head].
+// The per-head parameters' gradients in two passes (model/sum_order.hpp). Per (sequence, head),
+// one thread: dt_bias's part over the positions ascending, dA's and dD's descending (the
+// adjoint's order); parts [sequence][3][head].
 __global__ void mamba_head_parts_kernel(MambaDims m, const float* __restrict__ draw, const float* __restrict__ dA_term,
                                         const float* __restrict__ dD_term, float* __restrict__ part) {
   FP4D_GRID_STRIDE(e, (m.R / m.S) * m.H) {
     const std::int64_t b = e / m.H, h = e % m.H;
-    float db = 0.0f, pa = 0.0f, pd = 0.0f;
-    for (std::int64_t t = 0; t < m.S; ++t) db = db + draw[(b * m.S + t) * m.H + h];
-    for (std::int64_t t = m.S; t-- > 0;) {
-      pa = pa + dA_term[(b * m.S + t) * m.H + h];
-      pd = pd + dD_term[(b * m.S + t) * m.H + h];
-    }
-    part[(b * 3 + 0) * m.H + h] = db;
-    part[(b * 3 + 1) * m.H + h] = pa;
-    part[(b * 3 + 2) * m.H + h] = pd;
+    const auto at = [&](std::int64_t t) { return (b * m.S + t) * m.H + h; };
+    part[(b * 3 + 0) * m.H + h] = ascending_sum<float>(m.S, [&](std::int64_t t) -> float { return draw[at(t)]; });
+    part[(b * 3 + 1) * m.H + h] = descending_sum<float>(m.S, [&](std::int64_t t) -> float { return dA_term[at(t)]; });
+    part[(b * 3 + 2) * m.H + h] = descending_sum<float>(m.S, [&](std::int64_t t) -> float { return dD_term[at(t)]; });
   }
 }
 // Per head: the sequences' parts ascending; a_log's gradient = dA A.
@@ -431,12 +424,10 @@ __global__ void mamba_head_grads_kernel(MambaDims m, const float* __restrict__ a
                                         float* __restrict__ g_dt_bias, float* __restrict__ g_a_log,
                                         float* __restrict__ g_d_skip) {
   FP4D_GRID_STRIDE(h, m.H) {
-    float db = 0.0f, dA = 0.0f, dD = 0.0f;
-    for (std::int64_t b = 0; b < m.R / m.S; ++b) {
-      db = db + part[(b * 3 + 0) * m.H + h];
-      dA = dA + part[(b * 3 + 1) * m.H + h];
-      dD = dD + part[(b * 3 + 2) * m.H + h];
-    }
+    const auto over_sequences = [&](int which) {
+      return ascending_sum<float>(m.R / m.S, [&](std::int64_t b) -> float { return part[(b * 3 + which) * m.H + h]; });
+    };
+    const float db = over_sequences(0), dA = over_sequences(1), dD = over_sequences(2);
     g_dt_bias[h] = db;
     g_a_log[h] = dA * decay_rate(a_log, h);
     g_d_skip[h] = dD;
@@ -464,35 +455,28 @@ __global__ void mamba_conv_backward_kernel(MambaDims m, const float* __restrict_
   }
 }
 
-// The convolution's weights and bias (tap K: the bias), per (chunk of kGainChunk rows, tap,
-// channel) a sum over the chunk's rows ascending: part [chunk][tap][channel].
+// The convolution's weights and bias (tap K: the bias) in model/sum_order.hpp's row chunks:
+// per (chunk of kRowChunk rows, tap, channel) its chunk_sum (a tap before the sequence's start
+// adds +0, as on the CPU): part [chunk][tap][channel].
 __global__ void mamba_conv_param_parts_kernel(MambaDims m, const float* __restrict__ dpre, const float* __restrict__ zx,
                                               float* __restrict__ part) {
-  const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk;
-  FP4D_GRID_STRIDE(e, chunks * (m.K + 1) * m.CD) {
+  FP4D_GRID_STRIDE(e, chunk_count(m.R, kRowChunk) * (m.K + 1) * m.CD) {
     const std::int64_t ch = e % m.CD, k = (e / m.CD) % (m.K + 1), c = e / (m.CD * (m.K + 1));
-    const std::int64_t end = (c + 1) * kGainChunk < m.R ? (c + 1) * kGainChunk : m.R;
-    float acc = 0.0f;
-    for (std::int64_t i = c * kGainChunk; i < end; ++i) {
-      if (k == m.K) {
-        acc = acc + dpre[i * m.CD + ch];
-        continue;
-      }
+    part[e] = chunk_sum<float>(c, kRowChunk, m.R, [&](std::int64_t i) -> float {
+      if (k == m.K) return dpre[i * m.CD + ch];
       const std::int64_t t = i % m.S, pos = t - m.K + 1 + k;
-      if (pos < 0) continue;
-      acc = acc + dpre[i * m.CD + ch] * zx[(i - t + pos) * m.W + m.DI + ch];
-    }
-    part[e] = acc;
+      if (pos < 0) return 0.0f;
+      return dpre[i * m.CD + ch] * zx[(i - t + pos) * m.W + m.DI + ch];
+    });
   }
 }
-// The chunks' parts in ascending order.
+// The chunks' parts by ascending_sum.
 __global__ void mamba_conv_param_grads_kernel(MambaDims m, const float* __restrict__ part, float* __restrict__ g_w,
                                               float* __restrict__ g_b) {
-  const std::int64_t chunks = (m.R + kGainChunk - 1) / kGainChunk, per = (m.K + 1) * m.CD;
+  const std::int64_t chunks = chunk_count(m.R, kRowChunk), per = (m.K + 1) * m.CD;
   FP4D_GRID_STRIDE(e, per) {
     const std::int64_t ch = e % m.CD, k = e / m.CD;
-    float acc = 0.0f;
-    for (std::int64_t c = 0; c < chunks; ++c) acc = acc + part[c * per + e];
+    const float acc = ascending_sum<float>(chunks, [&](std::int64_t c) -> float { return part[c * per + e]; });
     if (k == m.K) g_b[ch] = acc;
     else g_w[ch * m.K + k] = acc;
   }

@@ -95,7 +95,7 @@ class MambaMixerCuda {
     dA_term_ = mamba_buf(R * m_.H, "cudaMalloc (mamba dA terms)");
     dD_term_ = mamba_buf(R * m_.H, "cudaMalloc (mamba dD terms)");
     draw_ = mamba_buf(R * m_.H, "cudaMalloc (mamba ddt)");
-    const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
+    const std::int64_t chunks = chunk_count(R, kRowChunk);
     gain_partial_ = mamba_buf(chunks * std::max(m_.DI, (m_.K + 1) * m_.CD), "cudaMalloc (mamba row-chunk partials)");
     head_part_ = mamba_buf(batch_ * 3 * m_.H, "cudaMalloc (mamba head parts)");
     smem_attribute(reinterpret_cast<const void*>(&mamba_scan_forward_kernel), scan_smem_bytes(m_));
@@ -175,7 +175,7 @@ class MambaMixerCuda {
     launched("mamba_silu_backward_kernel", s);
     mamba_conv_backward_kernel<<<blocks_for(R * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, p.conv_w, dzx);
     launched("mamba_conv_backward_kernel", s);
-    const std::int64_t chunks = (R + kGainChunk - 1) / kGainChunk;
+    const std::int64_t chunks = chunk_count(R, kRowChunk);
     mamba_conv_param_parts_kernel<<<blocks_for(chunks * (m_.K + 1) * m_.CD), kThreads, 0, s>>>(m_, dxbc_->p, c.zx->p,
                                                                                              gain_partial_->p);
     launched("mamba_conv_param_parts_kernel", s);
