@@ -9,10 +9,10 @@
 // gradient element) is one GPU thread's serial loop over all of them, which leaves the GPU idle;
 // a reduction tree over the threads of a block depends on the launch shape. Chunks of a fixed
 // length, each summed in ascending order by one thread, bound the serial part and fix the
-// order whatever the launch; the CPU runs the same chunks as plain loops. A chunked sum's
-// rounding error is that of a running sum over the chunk plus one over the chunks, no larger
-// than the one running sum it replaces (Higham, "Accuracy and Stability of Numerical
-// Algorithms", 2nd ed., section 4.2).
+// order whatever the launch; the CPU runs the same chunks as plain loops. A chunked sum's error
+// bound, (chunk + n / chunk) u sum |term| to first order, is no larger than the n u sum |term|
+// of the running sum it replaces (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd
+// ed., section 4.2).
 //
 //   ascending_sum(n, term)        acc = 0, then acc = acc + term(k) for k = 0 .. n-1
 //   descending_sum(n, term)       the same for k = n-1 .. 0
