@@ -1,5 +1,5 @@
-// Launch shapes and the fixed-tree block reduction shared by the resident training steps'
-// kernels (.cu files only). Internal linkage: each translation unit gets its own copy.
+// Launch shapes and the one-block tree sum shared by the resident training steps' kernels (.cu
+// files only). Internal linkage: each translation unit gets its own copy.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +22,6 @@ namespace fp4d::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kReduceBlocks = 256;  // fixed: a reduction's summation tree depends on nothing else
 
 unsigned blocks_for(std::int64_t n, std::int64_t per_thread = 1) {
   const std::int64_t b = (n + kThreads * per_thread - 1) / (kThreads * per_thread);
@@ -37,18 +36,6 @@ __global__ void tree_sum_kernel(double* __restrict__ t, std::int64_t n, double* 
     __syncthreads();
   }
   if (threadIdx.x == 0) *out = n > 0 ? t[0] : 0.0;
-}
-
-// Block sum in double over shared memory, fixed tree (deterministic). kThreads threads.
-__device__ double block_sum(double v) {
-  __shared__ double sh[kThreads];
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  return sh[0];
 }
 
 }  // namespace
