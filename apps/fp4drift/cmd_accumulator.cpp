@@ -12,18 +12,29 @@
 //     several distributions, the GPU's FP32 output element by element against the model's and
 //     against a sequential float32 sum of the same exact products: the fraction equal bit for
 //     bit (cuBLASLt picks its kernel; a split-K or reordered kernel shows as disagreement).
+// With --model-check, instead: the model against cuBLASLt bit for bit on a fixed plan of cases
+// (sim/accumulator_check.hpp: every input type, twelve distributions, K 16 .. 16384), FP8 without
+// fast accumulation against each promotion hypothesis, with the promotion probe beside them.
 // Needs a CUDA build and a device; everything else exits 2 with the reason.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
 
 #include "commands.hpp"
 #include "format/bf16.hpp"
 #include "quant/quantize.hpp"
 #include "quant/tensor_core_model.hpp"
 #include "quant/training_recipe.hpp"
+#include "sim/accumulator_cases.hpp"
+#include "sim/accumulator_check.hpp"
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 
@@ -38,6 +49,12 @@ struct AccumulatorArgs {
   std::int64_t m = 64, n = 64;
   std::uint64_t data_seed = 1;
   bool json = false;
+  // --model-check and its options
+  bool model_check = false;
+  double scale = 1.0;
+  std::uint64_t seed = 1;
+  std::string out;
+  bool require_agreement = false;
 };
 
 struct ModelRow {
@@ -155,14 +172,311 @@ void check_accumulator_options(const AccumulatorArgs& a) {
     if (k < 16 || k % 16) throw UsageError("--sweep-k values must be multiples of 16, at least 16, got " + std::to_string(k));
 }
 
-int run_accumulator(const AccumulatorArgs& a) {
-  check_accumulator_options(a);
+// ---- --model-check ----
+
+std::string hex_bits(std::uint32_t u) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", u);
+  return b;
+}
+
+std::string hypothesis_label(std::int64_t interval) { return interval == 0 ? "none" : std::to_string(interval); }
+
+nlohmann::ordered_json hypothesis_json(const HypothesisOutcome& h) {
+  nlohmann::ordered_json first = nlohmann::ordered_json::array();
+  for (const ModelMismatch& m : h.first)
+    first.push_back({{"i", m.i}, {"j", m.j}, {"device", hex_bits(m.device)}, {"model", hex_bits(m.model)}});
+  return {{"interval", h.interval}, {"mismatches", h.mismatches}, {"worst_ulps", h.worst_ulps}, {"first", first}};
+}
+
+// The case's mismatches against the hypothesis the path is judged by (its model, or the FP8
+// verdict), nullptr where the device failed.
+const HypothesisOutcome* judged(const PathOutcome& p, const std::vector<PathTotal>& totals) {
+  if (!p.error.empty() || p.hypotheses.empty()) return nullptr;
+  if (p.modelled) return &p.hypotheses.front();
+  for (const PathTotal& t : totals)
+    if (t.path == p.path)
+      for (const HypothesisOutcome& h : p.hypotheses)
+        if (h.interval == t.verdict().interval) return &h;
+  return &p.hypotheses.front();
+}
+
+// Where --out or a sibling temporary cannot be written, say so before the device runs for minutes.
+void check_model_check_out(const std::string& out) {
+  if (out.empty()) return;
+  const std::filesystem::path p(out);
+  if (p.extension() != ".json") throw UsageError("--out must name a .json file, got '" + out + "'");
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw UsageError("--out " + out + ": directory " + dir.string() + " does not exist");
+  if (std::filesystem::exists(p, ec) && !std::filesystem::is_regular_file(p, ec))
+    throw UsageError("--out " + out + " exists and is not a regular file");
+}
+
+// The JSON written whole to OUT.partial, then renamed: a file under the final name is complete.
+void write_json_file(const std::string& out, const nlohmann::ordered_json& j) {
+  const std::string tmp = out + ".partial";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    f.flush();
+    if (!f) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("could not write " + tmp);
+    }
+  }
+  std::filesystem::rename(tmp, out);
+}
+
+int run_model_check(const AccumulatorArgs& a, const Backend& device) {
+  const std::vector<ModelCheckCase> plan = model_check_plan(a.scale);
+  const QuantizedProduct plain = device.gemm_product(GemmProductOptions{});
+  GemmProductOptions fast_opt;
+  fast_opt.fp8_fast_accumulation = true;
+  const QuantizedProduct fast = device.gemm_product(fast_opt);
+  const DeviceProduct product = [&](const QuantizedTensor& x, const QuantizedTensor& y, bool fast_accumulation) {
+    return fast_accumulation ? fast(x, y) : plain(x, y);
+  };
+  // The promotion probe's answer, printed beside the hypotheses (K = 4096: promotion every n
+  // products shows as K - n small products kept).
+  std::vector<AccumulatorProbe> probe;
+  std::string probe_error;
+  try {
+    for (const AccumulatorProbe& p : device.probe_accumulators({512, 4096}))
+      if (p.placement == "promotion" && p.path.rfind("fp8", 0) == 0) probe.push_back(p);
+  } catch (const std::exception& e) {
+    probe_error = e.what();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<CaseOutcome> cases;
+  std::string current;
+  for (std::size_t n = 0; n < plan.size(); ++n) {
+    const ModelCheckCase& c = plan[n];
+    if (c.input != current) {
+      current = c.input;
+      std::fprintf(stderr, "model check: %s (%.0f s)\n", c.input.c_str(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    cases.push_back(run_model_check_case(c, a.seed + n, product));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<PathTotal> totals = model_check_totals(cases);
+
+  std::int64_t errors = 0, modelled_mismatches = 0, device_gemms = 0;
+  double device_seconds = 0, model_seconds = 0;
+  for (const CaseOutcome& c : cases) {
+    device_seconds += c.device_seconds, model_seconds += c.model_seconds;
+    for (const PathOutcome& p : c.paths) {
+      ++device_gemms;
+      errors += p.error.empty() ? 0 : 1;
+    }
+  }
+  for (const PathTotal& t : totals)
+    if (t.modelled) modelled_mismatches += t.verdict().mismatches;
+  std::vector<const PathTotal*> unmodelled;
+  for (const PathTotal& t : totals)
+    if (!t.modelled) unmodelled.push_back(&t);
+
+  nlohmann::ordered_json j;
+  j["device"] = device.device_architecture();
+  j["scale"] = a.scale;
+  j["seed"] = a.seed;
+  j["seconds"] = seconds;
+  j["device_seconds"] = device_seconds;
+  j["model_seconds"] = model_seconds;
+  j["totals"] = nlohmann::ordered_json::array();
+  for (const PathTotal& t : totals) {
+    nlohmann::ordered_json h = nlohmann::ordered_json::array();
+    for (const HypothesisTotal& x : t.hypotheses)
+      h.push_back({{"interval", x.interval}, {"inner_products", x.inner_products}, {"mismatches", x.mismatches},
+                   {"worst_ulps", x.worst_ulps}, {"cases", x.cases}, {"cases_agreeing", x.cases_agreeing}});
+    j["totals"].push_back({{"path", t.path}, {"modelled", t.modelled}, {"errors", t.errors},
+                           {"verdict_interval", t.verdict().interval}, {"hypotheses", h}});
+  }
+  j["promotion_probe"] = nlohmann::ordered_json::array();
+  for (const AccumulatorProbe& p : probe)
+    j["promotion_probe"].push_back({{"path", p.path}, {"k", p.K}, {"promoted_small_terms", p.promoted_small_terms}});
+  if (!probe_error.empty()) j["promotion_probe_error"] = probe_error;
+  j["cases"] = nlohmann::ordered_json::array();
+  for (const CaseOutcome& c : cases) {
+    nlohmann::ordered_json paths = nlohmann::ordered_json::array();
+    for (const PathOutcome& p : c.paths) {
+      nlohmann::ordered_json h = nlohmann::ordered_json::array();
+      for (const HypothesisOutcome& x : p.hypotheses) h.push_back(hypothesis_json(x));
+      paths.push_back({{"path", p.path}, {"modelled", p.modelled}, {"device_k", p.device_k}, {"error", p.error},
+                       {"hypotheses", h}});
+    }
+    j["cases"].push_back({{"input", c.c.input}, {"distribution", c.c.distribution}, {"k", c.c.K}, {"m", c.c.M},
+                          {"n", c.c.N}, {"seed", c.seed}, {"device_seconds", c.device_seconds},
+                          {"model_seconds", c.model_seconds}, {"paths", paths}});
+  }
+  if (!a.out.empty()) write_json_file(a.out, j);
+
+  if (a.json) {
+    std::cout << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  } else {
+    std::printf("fp4drift accumulator --model-check: the sm90 tensor-core model against cuBLASLt, every FP32 output "
+                "bit for bit\n");
+    std::printf("%s; scale %g, seed %llu: %zu operand pairs, %lld device GEMMs in %.0f s (device %.0f s, model %.0f s)\n",
+                device.device_architecture().c_str(), a.scale, static_cast<unsigned long long>(a.seed), cases.size(),
+                static_cast<long long>(device_gemms), seconds, device_seconds, model_seconds);
+    std::printf("FP8 without fast accumulation is judged by its best promotion hypothesis (table below)\n\n");
+    std::printf("%-17s %-16s %-9s %15s %11s %11s\n", "type", "distribution", "K", "inner products", "mismatches",
+                "worst ulps");
+    // Per path and distribution, over every K of the plan.
+    for (const PathTotal& t : totals)
+      for (const std::string& d : accumulator_distributions()) {
+        std::int64_t ip = 0, mm = 0, err = 0, kmin = -1, kmax = 0;
+        std::uint64_t worst = 0;
+        for (const CaseOutcome& c : cases) {
+          if (c.c.distribution != d) continue;
+          for (const PathOutcome& p : c.paths) {
+            if (p.path != t.path) continue;
+            kmin = kmin < 0 ? c.c.K : std::min(kmin, c.c.K);
+            kmax = std::max(kmax, c.c.K);
+            const HypothesisOutcome* h = judged(p, totals);
+            if (!h) {
+              ++err;
+              continue;
+            }
+            ip += c.c.M * c.c.N, mm += h->mismatches, worst = std::max(worst, h->worst_ulps);
+          }
+        }
+        if (kmin < 0) continue;
+        const std::string ks = std::to_string(kmin) + ".." + std::to_string(kmax);
+        std::printf("%-17s %-16s %-9s %15lld %11lld %11llu%s\n", t.path.c_str(), d.c_str(), ks.c_str(),
+                    static_cast<long long>(ip), static_cast<long long>(mm), static_cast<unsigned long long>(worst),
+                    err ? ("  (" + std::to_string(err) + " device errors)").c_str() : "");
+      }
+    // Every case that disagrees or failed, with its first mismatches.
+    int listed = 0;
+    for (const CaseOutcome& c : cases)
+      for (const PathOutcome& p : c.paths) {
+        const HypothesisOutcome* h = judged(p, totals);
+        if (h && h->mismatches == 0) continue;
+        if (++listed > 40) continue;
+        if (listed == 1) std::printf("\ncases that disagree or failed (type distribution K MxN):\n");
+        std::printf("  %s %s K=%lld %lldx%lld", p.path.c_str(), c.c.distribution.c_str(), static_cast<long long>(c.c.K),
+                    static_cast<long long>(c.c.M), static_cast<long long>(c.c.N));
+        if (p.device_k != c.c.K) std::printf(" (device K %lld)", static_cast<long long>(p.device_k));
+        if (!h) {
+          std::printf(": device error: %s\n", p.error.c_str());
+          continue;
+        }
+        std::printf(": %lld mismatches vs %s, worst %llu ulps; first (i, j, device, model):", static_cast<long long>(h->mismatches),
+                    p.modelled ? "the model" : promotion_hypothesis_name(h->interval).c_str(),
+                    static_cast<unsigned long long>(h->worst_ulps));
+        for (const ModelMismatch& m : h->first)
+          std::printf(" (%lld, %lld, %s, %s)", static_cast<long long>(m.i), static_cast<long long>(m.j),
+                      hex_bits(m.device).c_str(), hex_bits(m.model).c_str());
+        std::printf("\n");
+      }
+    if (listed > 40) std::printf("  ... %d more (all in --out)\n", listed - 40);
+    // Where cuBLASLt refused a K that is not a multiple of 16, the first such case says so.
+    bool padded = false;
+    for (const CaseOutcome& c : cases)
+      for (const PathOutcome& p : c.paths)
+        if (!padded && p.error.empty() && p.device_k != c.c.K) {
+          padded = true;
+          std::printf("\nK not a multiple of 16 was refused by cuBLASLt on the %s path (K=%lld first) and padded "
+                      "with zero products to %lld; the model's values are the same\n",
+                      p.path.c_str(), static_cast<long long>(c.c.K), static_cast<long long>(p.device_k));
+        }
+    if (!unmodelled.empty()) {
+      std::printf("\nFP8 without fast accumulation: mismatches per promotion hypothesis (cases agreeing / cases)\n");
+      std::printf("%-30s", "hypothesis");
+      for (const PathTotal* t : unmodelled) std::printf(" %26s", t->path.c_str());
+      std::printf("\n");
+      for (std::size_t h = 0; h < unmodelled.front()->hypotheses.size(); ++h) {
+        std::printf("%-30s", promotion_hypothesis_name(unmodelled.front()->hypotheses[h].interval).c_str());
+        for (const PathTotal* t : unmodelled) {
+          const HypothesisTotal& x = t->hypotheses[h];
+          const std::string cell = std::to_string(x.mismatches) + " (" + std::to_string(x.cases_agreeing) + "/" +
+                                   std::to_string(x.cases) + ")";
+          std::printf(" %26s", cell.c_str());
+        }
+        std::printf("\n");
+      }
+      std::printf("per K, the hypotheses with zero mismatches on every distribution (promotion interval; none: no "
+                  "promotion):\n%-8s", "K");
+      for (const PathTotal* t : unmodelled) std::printf(" %-30s", t->path.c_str());
+      std::printf("\n");
+      for (const std::int64_t K : model_check_ks()) {
+        std::printf("%-8lld", static_cast<long long>(K));
+        for (const PathTotal* t : unmodelled) {
+          std::map<std::int64_t, bool> agree;
+          bool any = false;
+          for (const CaseOutcome& c : cases)
+            for (const PathOutcome& p : c.paths)
+              if (c.c.K == K && p.path == t->path && p.error.empty()) {
+                any = true;
+                for (const HypothesisOutcome& h : p.hypotheses)
+                  agree[h.interval] = (agree.count(h.interval) ? agree[h.interval] : true) && h.mismatches == 0;
+              }
+          std::string cell;
+          for (const auto& [iv, ok] : agree)
+            if (ok) cell += (cell.empty() ? "" : ",") + hypothesis_label(iv);
+          std::printf(" %-30s", !any ? "(no data)" : cell.empty() ? "(none agrees)" : cell.c_str());
+        }
+        std::printf("\n");
+      }
+      for (const AccumulatorProbe& p : probe) {
+        const std::int64_t kept = p.promoted_small_terms, K = p.K;
+        const std::string meaning = kept == K - 1 ? "none lost (FP32 accumulation)"
+                                    : kept == 0   ? "all lost: no promotion within K"
+                                    : kept > 0    ? "promoted every " + std::to_string(K - kept) + " products"
+                                                  : "not of the form 1 + m 2^-18";
+        std::printf("promotion probe %-20s K=%-5lld promoted_small_terms %lld of %lld: %s\n", p.path.c_str(),
+                    static_cast<long long>(K), static_cast<long long>(kept), static_cast<long long>(K - 1), meaning.c_str());
+      }
+      if (!probe_error.empty()) std::printf("promotion probe: failed: %s\n", probe_error.c_str());
+    }
+    std::printf("\n");
+    for (const PathTotal& t : totals) {
+      const HypothesisTotal& v = t.verdict();
+      const std::string label = t.modelled ? t.path : t.path + ", " + promotion_hypothesis_name(v.interval);
+      std::printf("model vs cuBLASLt (%s): %lld inner products, %lld mismatches%s\n", label.c_str(),
+                  static_cast<long long>(v.inner_products), static_cast<long long>(v.mismatches),
+                  t.errors ? (", " + std::to_string(t.errors) + " device GEMMs failed").c_str() : "");
+    }
+    for (const PathTotal* t : unmodelled) {
+      const HypothesisTotal& v = t->verdict();
+      std::printf("FP8 promotion (%s): %s\n", t->path.c_str(),
+                  v.mismatches == 0 ? (promotion_hypothesis_name(v.interval) + " agrees on every output").c_str()
+                                    : ("no hypothesis agrees; closest " + promotion_hypothesis_name(v.interval) + " (" +
+                                       std::to_string(v.mismatches) + " mismatches)").c_str());
+    }
+  }
+  if (errors > 0)
+    throw std::runtime_error("accumulator --model-check: " + std::to_string(errors) + " of " +
+                             std::to_string(device_gemms) + " device GEMMs failed (listed above)");
+  if (a.require_agreement && modelled_mismatches > 0)
+    throw std::runtime_error("accumulator --model-check: the model and cuBLASLt disagree on " +
+                             std::to_string(modelled_mismatches) +
+                             " outputs of the modelled paths (bf16, fp16, FP8 fast accumulation)");
+  return 0;
+}
+
+// given: the options named on the command line (those of one mode are refused in the other).
+int run_accumulator(const AccumulatorArgs& a, const std::set<std::string>& given) {
+  if (a.model_check) {
+    for (const char* o : {"--probe-k", "--sweep-k", "--m", "--n", "--data-seed"})
+      if (given.count(o)) throw UsageError(std::string(o) + " belongs to the probes and sweep, not to --model-check");
+    if (!(a.scale > 0) || !std::isfinite(a.scale) || a.scale > 1000)
+      throw UsageError("--scale must be a number in (0, 1000], got " + nlohmann::json(a.scale).dump());
+    check_model_check_out(a.out);
+  } else {
+    for (const char* o : {"--scale", "--seed", "--out", "--require-agreement"})
+      if (given.count(o)) throw UsageError(std::string(o) + " needs --model-check");
+    check_accumulator_options(a);
+  }
   const Backend& device = cuda_backend();
   try {
     device.require_available();
   } catch (const BackendUnavailable& e) {
     throw UsageError(std::string("accumulator: ") + e.what());
   }
+  if (a.model_check) return run_model_check(a, device);
   const std::vector<AccumulatorProbe> probes = device.probe_accumulators(a.probe_ks);
   const std::vector<SweepRow> rows = sweep(a, device);
   const std::vector<ModelRow> model = model_agreement(a, device);
@@ -243,7 +557,23 @@ Runner add_accumulator(CLI::App& app) {
   app.add_option("--n", a->n, "Rows of B in the sweep")->capture_default_str();
   add_seed_option(app, "--data-seed", a->data_seed, "Seed of the random operands");
   app.add_flag("--json", a->json, "Print the results as JSON");
-  return [a]() { return run_accumulator(*a); };
+  app.add_flag("--model-check", a->model_check,
+               "Instead of the probes and sweep: the sm90 tensor-core model against cuBLASLt bit for bit, every input "
+               "type (BF16, FP16, FP8 E4M3, E5M2 x E4M3, FP8 with and without fast accumulation), twelve "
+               "distributions, K 16 .. 16384 (docs/numerics.md 8b)");
+  app.add_option("--scale", a->scale, "--model-check: outputs per case times this (1: about 9.3e8 inner products)")
+      ->capture_default_str();
+  add_seed_option(app, "--seed", a->seed, "--model-check: seed of the operands (case n uses seed + n)");
+  app.add_option("--out", a->out, "--model-check: write every case's result to this .json file");
+  app.add_flag("--require-agreement", a->require_agreement,
+               "--model-check: exit 1 when a modelled path (BF16, FP16, FP8 fast accumulation) has a mismatch");
+  return [a, &app]() {
+    std::set<std::string> given;
+    for (const char* o : {"--probe-k", "--sweep-k", "--m", "--n", "--data-seed", "--scale", "--seed", "--out",
+                          "--require-agreement"})
+      if (app.get_option(o)->count() > 0) given.insert(o);
+    return run_accumulator(*a, given);
+  };
 }
 
 }  // namespace fp4d::cli
