@@ -27,6 +27,7 @@ SweepIndexRun index_run(const std::string& outdir, const Sweep& s, const SweepRu
   x.exit_code = rec.exit_code;
   x.attempts = rec.attempts;
   x.rank = rec.rank;
+  x.cuda_visible_devices = rec.cuda_visible_devices;
   x.wall_s = rec.wall_s < 0 ? NAN : rec.wall_s;  // -1 in a record: unknown
   x.reference_final_loss = m.reference_final_loss;
   x.final_rms_error = m.final_rms_error;

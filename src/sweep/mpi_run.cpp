@@ -1,8 +1,11 @@
 #include "sweep/mpi_run.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "sweep/runner.hpp"
@@ -77,10 +80,17 @@ int run_mpi(const Sweep& s, const std::string& outdir, int slots, const std::vec
     o.outdir = outdir;
     o.backend = s.backend;
     o.slots = slots;
-    o.slot_offset = local_rank * slots;
+    o.local_rank = local_rank;
     o.rank = rank;
     o.omp_threads = default_omp_threads(slots * local_size);
     o.devices = devices;
+    // Every rank of a node sees the same list (the same environment and /dev): the node's
+    // first rank speaks for it.
+    if (local_rank == 0) {
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      warn_device_sharing(s.backend, devices, slots * local_size, std::string(" on node ") + host);
+    }
     Executor ex(s, o);
     install_stop_handlers();
 

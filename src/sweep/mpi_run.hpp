@@ -3,7 +3,8 @@
 // differ in length by orders of magnitude (steps, widths), so a static split by index would
 // leave ranks idle behind one long run. Every rank (rank 0 included) runs its runs as
 // children, `workers` at a time, with CUDA_VISIBLE_DEVICES set to one GPU per child (node-local
-// slot mod the GPU count) for --backend cuda. OUTDIR must be on a filesystem every rank sees.
+// slot local_rank x workers + k mod the GPU count, sweep/device_assignment.hpp) for --backend
+// cuda. OUTDIR must be on a filesystem every rank sees.
 #pragma once
 
 #include <string>

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "sweep/device_assignment.hpp"
 #include "util/config.hpp"
 
 extern char** environ;
@@ -84,9 +85,11 @@ void Executor::launch(int run, bool fresh) {
   int slot = 0;
   while (slot_busy_[slot]) ++slot;
   Child c{0, run, slot, std::chrono::steady_clock::now(), 0, read_record(p.record), resume};
+  const std::string device = device_for_slot(opt_.devices, opt_.local_rank, opt_.slots, slot);
   c.record.status = "running";
   c.record.attempts += 1;
   c.record.rank = opt_.rank;
+  c.record.cuda_visible_devices = device;
   write_record(p.record, c.record);
   {
     std::ofstream log(p.log, std::ios::app);
@@ -101,12 +104,11 @@ void Executor::launch(int run, bool fresh) {
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
     if (opt_.omp_threads > 0 && kv.rfind("OMP_NUM_THREADS=", 0) == 0) continue;
-    if (!opt_.devices.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
+    if (!device.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
     env.push_back(kv);
   }
   if (opt_.omp_threads > 0) env.push_back("OMP_NUM_THREADS=" + std::to_string(opt_.omp_threads));
-  if (!opt_.devices.empty())
-    env.push_back("CUDA_VISIBLE_DEVICES=" + opt_.devices[(opt_.slot_offset + slot) % opt_.devices.size()]);
+  if (!device.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + device);
   std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -127,7 +129,7 @@ void Executor::launch(int run, bool fresh) {
   sigaddset(&def, SIGTERM);
   posix_spawnattr_setsigdefault(&at, &def);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
-  const int rc = posix_spawn(&c.pid, "/proc/self/exe", &fa, &at, argv.data(), envp.data());
+  const int rc = posix_spawn(&c.pid, opt_.program.c_str(), &fa, &at, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) throw std::runtime_error("cannot start run " + r.id + ": " + std::strerror(rc));
@@ -274,9 +276,11 @@ void Coordinator::finished(int run, const RunRecord& r) {
     }
   }
   if (r.status != "interrupted") ++done_now_;
-  if (r.status == "failed")
-    std::fprintf(stderr, "fp4drift sweep: run %s (%s) failed: %s\n", s_.runs[run].id.c_str(), s_.runs[run].label.c_str(),
-                 records_[run].error.c_str());
+  if (r.status == "failed") {
+    const std::string on = r.cuda_visible_devices.empty() ? "" : " on CUDA_VISIBLE_DEVICES=" + r.cuda_visible_devices;
+    std::fprintf(stderr, "fp4drift sweep: run %s (%s) failed%s: %s\n", s_.runs[run].id.c_str(),
+                 s_.runs[run].label.c_str(), on.c_str(), records_[run].error.c_str());
+  }
   tick(running_ > 0 ? running_ - 1 : 0, true);
   if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_index_).count() >= 5) write("running");
 }
@@ -350,6 +354,20 @@ void lock_outdir(const std::string& outdir) {
   // fd stays open (and locked) until the process and its runs exit
 }
 
+void warn_device_sharing(const std::string& backend, const std::vector<std::string>& devices, int concurrent,
+                         const std::string& where) {
+  if (backend != "cuda") return;
+  if (devices.empty()) {
+    std::fprintf(stderr,
+                 "fp4drift sweep: warning: no GPU list (CUDA_VISIBLE_DEVICES is unset and /dev has no nvidiaN): the "
+                 "runs%s are not pinned, and CUDA gives each its first device\n",
+                 where.c_str());
+    return;
+  }
+  const std::string w = sharing_warning(devices, concurrent, where);
+  if (!w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+}
+
 int default_omp_threads(int concurrent) {
   if (std::getenv("OMP_NUM_THREADS")) return 0;
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
@@ -367,6 +385,7 @@ int run_local(const Sweep& s, const std::string& outdir, int slots, const std::v
   o.slots = slots;
   o.omp_threads = default_omp_threads(slots);
   o.devices = devices;
+  warn_device_sharing(s.backend, devices, slots, "");
   Executor ex(s, o);
   install_stop_handlers();
   std::size_t next = 0;

@@ -3,7 +3,8 @@
 // down and `fp4drift run`'s own resume and interrupt handling is reused as it is.
 //   Executor     keeps up to N children going on this machine (one MPI rank), each with its
 //                log, its OMP_NUM_THREADS share of the cores and, for --backend cuda, its GPU
-//                (CUDA_VISIBLE_DEVICES); writes each run's record when its child ends.
+//                (CUDA_VISIBLE_DEVICES, sweep/device_assignment.hpp's device_for_slot);
+//                writes each run's record, with that GPU, when its child starts and ends.
 //   Coordinator  the one process that owns the sweep (the local process, or MPI rank 0):
 //                materialises the configs, decides what to skip/resume/rerun, collects the
 //                records, prints progress and writes the index.
@@ -27,10 +28,15 @@ struct ExecOptions {
   std::string outdir;
   std::string backend = "cpu";
   int slots = 1;                     // concurrent children of this process
-  int slot_offset = 0;               // this process's first slot among all (GPU assignment)
-  std::vector<std::string> devices;  // GPUs to hand out (--backend cuda); child k gets devices[(offset + k) % size]
+  int local_rank = 0;                // this process's rank among those of its node (GPU assignment)
+  // GPUs to hand out (--backend cuda): the child in slot k gets device_for_slot(devices,
+  // local_rank, slots, k) as its CUDA_VISIBLE_DEVICES; none: the variable is left as it is.
+  std::vector<std::string> devices;
   int omp_threads = 0;               // OMP_NUM_THREADS for the children; 0: inherit
   int rank = 0;                      // MPI rank (recorded with each run)
+  // What each child executes, as `PROGRAM run CONFIG --out TRACE --backend B [--resume]`: this
+  // fp4drift. Tests put a script here to see what a child is given.
+  std::string program = "/proc/self/exe";
 };
 
 class Executor {
@@ -97,12 +103,19 @@ void install_stop_handlers();
 // OUTDIR/sweep.lock for the process's life (std::invalid_argument if another sweep holds it).
 void lock_outdir(const std::string& outdir);
 
+// With --backend cuda, one warning line on stderr when `concurrent` runs on one node share the
+// devices (sweep/device_assignment.hpp's sharing_warning), or when there is no device list to
+// pin them to. `where`: as sharing_warning's.
+void warn_device_sharing(const std::string& backend, const std::vector<std::string>& devices, int concurrent,
+                         const std::string& where);
+
 // OMP_NUM_THREADS for children when `concurrent` of them share this machine's cores (0: the
 // user set OMP_NUM_THREADS, which the children inherit).
 int default_omp_threads(int concurrent);
 
-// Local mode: every run on this machine, `slots` at a time, child k pinned to
-// devices[k % size] (none: the CPU backend). Returns the exit status.
+// Local mode: every run on this machine, `slots` at a time, the child in slot k pinned to
+// devices[k mod size] (none: the CPU backend); one warning line when runs must share a GPU.
+// Returns the exit status.
 int run_local(const Sweep& s, const std::string& outdir, int slots, const std::vector<std::string>& devices,
               const std::string& command_line);
 

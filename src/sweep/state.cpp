@@ -57,7 +57,8 @@ std::string record_text(const RunRecord& r) {
   std::snprintf(wall, sizeof wall, "%.17g", r.wall_s);
   return "# fp4drift sweep: this run's record (rewritten after every attempt)\nstatus = " + toml_quote(r.status) +
          "\nexit_code = " + std::to_string(r.exit_code) + "\nwall_s = " + wall + "\nattempts = " +
-         std::to_string(r.attempts) + "\nerror = " + toml_quote(r.error) + "\nrank = " + std::to_string(r.rank) + "\n";
+         std::to_string(r.attempts) + "\nerror = " + toml_quote(r.error) + "\nrank = " + std::to_string(r.rank) +
+         "\ncuda_visible_devices = " + toml_quote(r.cuda_visible_devices) + "\n";
 }
 
 RunRecord parse_record(const std::string& text, const std::string& source) {
@@ -69,6 +70,7 @@ RunRecord parse_record(const std::string& text, const std::string& source) {
   r.attempts = static_cast<int>(c.get_int("attempts"));
   r.error = c.get_string("error");
   r.rank = static_cast<int>(c.get_int("rank", 0));
+  r.cuda_visible_devices = c.get_string("cuda_visible_devices", "");  // absent from older records
   c.finish();
   return r;
 }

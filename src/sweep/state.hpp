@@ -25,6 +25,9 @@ struct RunRecord {
   int attempts = 0;
   std::string error;               // failed runs: the reason (the run's last error line)
   int rank = 0;                    // the MPI rank that ran the last attempt (0 in local mode)
+  // The CUDA_VISIBLE_DEVICES the sweep gave the last attempt (its GPU); "" where it left the
+  // variable alone (--backend cpu, or no device list).
+  std::string cuda_visible_devices;
 };
 
 // Paths of a run under the sweep's output directory.

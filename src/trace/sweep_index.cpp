@@ -88,6 +88,7 @@ void write_summary(h5::Group sum, const SweepIndex& x) {
   sum.write("exit_code", column(r, [](const SweepIndexRun& v) { return v.exit_code; }));
   sum.write("attempts", column(r, [](const SweepIndexRun& v) { return v.attempts; }));
   sum.write("rank", column(r, [](const SweepIndexRun& v) { return v.rank; }));
+  write_strings(sum, "cuda_visible_devices", column(r, [](const SweepIndexRun& v) { return v.cuda_visible_devices; }));
   sum.write("wall_s", column(r, [](const SweepIndexRun& v) { return v.wall_s; }));
   sum.write("reference_final_loss", column(r, [](const SweepIndexRun& v) { return v.reference_final_loss; }));
   sum.write("final_rms_error", column(r, [](const SweepIndexRun& v) { return v.final_rms_error; }));
@@ -99,7 +100,7 @@ void write_summary(h5::Group sum, const SweepIndex& x) {
   h5::Dataset dim = sum.open_dataset("index");
   dims::coordinate(dim, "run, in the sweep's expansion order");
   for (const char* name : {"id", "label", "overrides", "workload", "status", "error", "exit_code", "attempts", "rank",
-                           "reference_final_loss", "final_rms_error", "final_mean_error", "final_exact"})
+                           "cuda_visible_devices", "reference_final_loss", "final_rms_error", "final_mean_error", "final_exact"})
     dims::name_axes(sum.open_dataset(name), {dim}, "");
   dims::name_axes(sum.open_dataset("wall_s"), {dim}, "s");
   for (const std::string& a : x.axes) dims::name_axes(sum.open_dataset("param/" + a), {dim}, "");

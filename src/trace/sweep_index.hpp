@@ -17,6 +17,7 @@ struct SweepIndexRun {  // a row of /summary
   std::vector<std::string> params;  // per axis, the run's value as TOML text ("" = the base's)
   std::string workload, status, error;
   std::int64_t exit_code = -1, attempts = 0, rank = 0;
+  std::string cuda_visible_devices;  // the GPU the sweep gave the last attempt; "" none
   double wall_s = 0;  // NaN: unknown
   double reference_final_loss = 0, final_rms_error = 0, final_mean_error = 0, final_exact = 0;
   std::string trace_link;  // the trace relative to the index's directory; "" while it does not exist

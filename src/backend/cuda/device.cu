@@ -3,11 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <regex>
 #include <stdexcept>
-#include <sstream>
-#include <system_error>
+
+#include "sweep/device_assignment.hpp"
 
 namespace fp4d::cuda {
 
@@ -30,20 +28,7 @@ std::string device_architecture() {
 }
 
 std::vector<std::string> visible_devices() {
-  std::vector<std::string> out;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
-    std::stringstream ss(v);
-    std::string d;
-    while (std::getline(ss, d, ','))
-      if (!d.empty()) out.push_back(d);
-    return out;
-  }
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev", ec))
-    if (std::regex_match(e.path().filename().string(), std::regex("nvidia[0-9]+"))) ++n;
-  for (int i = 0; i < n; ++i) out.push_back(std::to_string(i));
-  return out;
+  return sweep::visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), "/dev");
 }
 
 }  // namespace fp4d::cuda

@@ -12,8 +12,9 @@ bool device_available(std::string* why);
 
 // The devices child processes may be pinned to with CUDA_VISIBLE_DEVICES: the entries of
 // CUDA_VISIBLE_DEVICES when it is set (so a sweep never escapes the devices it was given),
-// else one per /dev/nvidiaN. Does not initialise the CUDA runtime (the sweep's own process
-// stays off the devices its runs use).
+// else one per /dev/nvidiaN (sweep/device_assignment.hpp's visible_devices, which says what
+// it refuses). Does not initialise the CUDA runtime (the sweep's own process stays off the
+// devices its runs use).
 std::vector<std::string> visible_devices();
 
 // The current device's architecture as nvcc names it ("sm_90", "sm_100", ...), with its name
