@@ -22,7 +22,10 @@ KNOWN_SCHEMAS = {"fp4drift.quantize": {1}, "fp4drift.gemm": {1}, "fp4drift.run":
 
 # The root attributes that say where a file came from (docs/trace-format.md, common root).
 PROVENANCE_KEYS = ("fp4drift_version", "git_commit", "command_line", "host", "backend", "created", "status",
-                   "source", "config_source", "resumed_at_step")
+                   "source", "config_source", "resumed_at_step",
+                   # the device a run stepped on (mlp and lm runs; docs/trace-format.md, "Device attributes")
+                   "device", "device_uuid", "device_ordinal", "device_pci_bus_id", "cuda_visible_devices",
+                   "devices_used")
 
 
 class SchemaError(ValueError):

@@ -299,6 +299,7 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   ctl.command_line = command_line;
   ctl.resume = a.resume;
   ctl.backend = a.backend;
+  ctl.device = backend.device_identity();
   ctl.backend_is_device = backend.is_device();
   ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
@@ -404,6 +405,7 @@ int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_li
   ctl.command_line = command_line;
   ctl.resume = a.resume;
   ctl.backend = a.backend;
+  ctl.device = backend.device_identity();
   ctl.stop = &g_stop;
   ctl.note = print_note;
   ctl.trainer = backend.lm_trainer_factory(trainer_options(a));

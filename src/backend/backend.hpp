@@ -20,6 +20,7 @@
 #include "quant/quantized.hpp"
 #include "quant/spec.hpp"
 #include "quant/training_recipe.hpp"
+#include "trace/device_identity.hpp"
 
 namespace fp4d {
 
@@ -74,6 +75,10 @@ class Backend {
   // The architecture of the device in use as nvcc names it, then its name: "sm_90 (NVIDIA
   // H200)"; "cpu" for the CPU.
   virtual std::string device_architecture() const = 0;
+  // The device this process computes on, for the traces' device attributes: name, UUID,
+  // ordinal, PCI bus id and the CUDA_VISIBLE_DEVICES it saw; DeviceIdentity{} ("cpu") for the
+  // CPU. Throws BackendUnavailable where the backend cannot run.
+  virtual DeviceIdentity device_identity() const = 0;
   // The devices a sweep spreads its runs over (CUDA_VISIBLE_DEVICES values); empty: the CPU.
   virtual std::vector<std::string> devices() const = 0;
 };

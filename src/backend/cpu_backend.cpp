@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
     throw std::invalid_argument("the accumulator probes measure a device's GEMMs; the CPU's is the emulation");
   }
   std::string device_architecture() const override { return "cpu"; }
+  DeviceIdentity device_identity() const override { return {}; }
   std::vector<std::string> devices() const override { return {}; }
 };
 

@@ -49,6 +49,7 @@
 #include "sim/mlp_precision.hpp"
 #include "sim/token_source.hpp"
 #include "trace/token_file.hpp"
+#include "trace/device_identity.hpp"
 #include "trace/run_metrics.hpp"
 #include "util/config.hpp"
 
@@ -92,6 +93,7 @@ struct LmRunControl {
   std::function<void(std::int64_t, std::int64_t)> progress;  // (step done, total)
   LmTrainerFactory trainer;  // the backend's (empty: the CPU trainer)
   std::string backend = "cpu";
+  DeviceIdentity device;  // the backend's device, for the trace (Backend::device_identity)
   std::function<void(const std::string&)> note;  // one line each
 };
 

@@ -40,6 +40,7 @@
 #include "sim/mlp.hpp"
 #include "sim/mlp_precision.hpp"
 #include "model/recipe_gemm.hpp"
+#include "trace/device_identity.hpp"
 #include "trace/run_metrics.hpp"
 #include "util/config.hpp"
 
@@ -76,6 +77,7 @@ struct MlpRunControl {
   // probe always runs on the host (quantize_cpu, `product`).
   TrainerFactory trainer;
   std::string backend = "cpu";  // the backend's name, for the trace
+  DeviceIdentity device;        // the backend's device, for the trace (Backend::device_identity)
   // That backend's Backend::is_device(), filled by the caller from the Backend object: sim/ is
   // below the seam (backend/backend.hpp) and cannot look the name up.
   bool backend_is_device = false;

@@ -8,6 +8,7 @@
 #include "model/lm_spec.hpp"
 #include "model/recipe_gemm.hpp"
 #include "sim/mlp_precision.hpp"
+#include "trace/device_identity.hpp"
 #include "trace/dims.hpp"
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
@@ -30,6 +31,7 @@ void write_root(h5::Group root, const LmRunSpec& spec, const LmRunControl& ctl, 
                 const std::string& run_id) {
   write_provenance(root, "fp4drift.run", 1, ctl.command_line);
   root.set_attr("backend", ctl.backend);
+  write_device_attributes(root, ctl.device);
   root.set_attr("status", std::string("running"));
   root.set_attr("run_id", run_id);
   root.set_attr("workload", std::string("lm"));
@@ -128,6 +130,7 @@ struct LmTrace::Impl {
   std::vector<std::vector<int>> quantized_params;
   std::int64_t steps = 0;
   bool reference_enabled = true;
+  DeviceIdentity device;  // this attempt's (a resume records it: set_resumed_at)
   std::uint64_t records = 0, compares = 0;
   std::vector<std::int64_t> compared_steps;
 
@@ -234,7 +237,9 @@ void LmTrace::rebuild(const LmRunSpec& spec, const LmRunControl& ctl, const LmTr
 bool LmTrace::is_complete(const std::string& path) { return run_trace_is_complete(path); }
 
 LmTrace LmTrace::open(const LmRunSpec& spec, const LmRunControl& ctl) {
-  return LmTrace(std::make_unique<Impl>(open_run_trace(ctl.path, "lm", ctl.config_text), spec, false));
+  auto impl = std::make_unique<Impl>(open_run_trace(ctl.path, "lm", ctl.config_text), spec, false);
+  impl->device = ctl.device;
+  return LmTrace(std::move(impl));
 }
 
 std::string LmTrace::run_id() const { return impl_->file.root().get_attr_string("run_id"); }
@@ -255,7 +260,10 @@ void LmTrace::set_status(const std::string& status) {
   impl_->file.root().set_attr("status", status);
 }
 void LmTrace::set_resumed_at(std::int64_t step) {
-  impl_->swmr.set_attrs(impl_->file, [step](h5::Group root) { root.set_attr("resumed_at_step", step); });
+  impl_->swmr.set_attrs(impl_->file, [step, d = impl_->device](h5::Group root) {
+    root.set_attr("resumed_at_step", step);
+    write_device_attributes(root, d);
+  });
 }
 void LmTrace::set_gemm_path(std::size_t run, const std::string& path) {
   impl_->swmr.set_attrs(impl_->file, [g = run_group(impl_->recipes.at(run)), path](h5::Group root) {

@@ -105,6 +105,8 @@ class LmTrace {
   // A status other than running ends the SWMR phase; the other attributes set during it are
   // written when it ends.
   void set_status(const std::string& status);
+  // resumed_at_step, and the device attributes of this attempt (LmRunControl::device, as
+  // open() was given it): a resume may run on another device than the steps before it.
   void set_resumed_at(std::int64_t step);
   void set_gemm_path(std::size_t run, const std::string& path);
 

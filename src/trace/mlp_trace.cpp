@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "sim/mlp_precision.hpp"
+#include "trace/device_identity.hpp"
 #include "trace/dims.hpp"
 #include "trace/output_file.hpp"
 #include "trace/run_files.hpp"
@@ -23,6 +24,7 @@ std::string run_group(const std::string& recipe) { return "mlp/runs/" + recipe; 
 void write_root(h5::Group root, const MlpRunSpec& spec, const MlpRunControl& ctl, const std::string& run_id) {
   write_provenance(root, "fp4drift.run", 1, ctl.command_line);
   root.set_attr("backend", ctl.backend);
+  write_device_attributes(root, ctl.device);
   root.set_attr("status", std::string("running"));
   root.set_attr("run_id", run_id);
   root.set_attr("workload", std::string("mlp"));
@@ -66,6 +68,7 @@ struct MlpTrace::Impl {
   std::vector<std::vector<int>> quantized_layers, edge_layers;
   std::int64_t steps = 0;
   bool reference_enabled = true;
+  DeviceIdentity device;  // this attempt's (a resume records it: set_resumed_at)
   std::uint64_t records = 0, compares = 0;   // rows staged so far
   std::vector<std::int64_t> compared_steps;  // the rows of compare_step, staged included
 
@@ -159,7 +162,9 @@ void MlpTrace::rebuild(const MlpRunSpec& spec, const MlpRunControl& ctl, const C
 bool MlpTrace::is_complete(const std::string& path) { return run_trace_is_complete(path); }
 
 MlpTrace MlpTrace::open(const MlpRunSpec& spec, const MlpRunControl& ctl) {
-  return MlpTrace(std::make_unique<Impl>(open_run_trace(ctl.path, "mlp", ctl.config_text), spec, false));
+  auto impl = std::make_unique<Impl>(open_run_trace(ctl.path, "mlp", ctl.config_text), spec, false);
+  impl->device = ctl.device;
+  return MlpTrace(std::move(impl));
 }
 
 std::string MlpTrace::run_id() const { return impl_->file.root().get_attr_string("run_id"); }
@@ -182,7 +187,10 @@ void MlpTrace::set_status(const std::string& status) {
   impl_->file.root().set_attr("status", status);
 }
 void MlpTrace::set_resumed_at(std::int64_t step) {
-  impl_->swmr.set_attrs(impl_->file, [step](h5::Group root) { root.set_attr("resumed_at_step", step); });
+  impl_->swmr.set_attrs(impl_->file, [step, d = impl_->device](h5::Group root) {
+    root.set_attr("resumed_at_step", step);
+    write_device_attributes(root, d);
+  });
 }
 void MlpTrace::set_concurrent_runs(bool concurrent) {
   impl_->swmr.set_attrs(impl_->file, [concurrent](h5::Group root) {

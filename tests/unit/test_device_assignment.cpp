@@ -2,10 +2,13 @@
 // CUDA_VISIBLE_DEVICES values CUDA would read otherwise than written are refused, a fake /dev
 // is enumerated, slots and node-local ranks map round robin, sharing is counted and said; the
 // Executor puts the chosen value into a real child's environment and its record and the index
-// keep it.
+// keep it. And the device a run records in its trace (trace/device_identity.hpp): NVIDIA's UUID
+// text, the CPU backend's identity, the attributes of a fresh and of a resumed mlp and lm run.
 #include <hdf5.h>
 #include <sys/stat.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend.hpp"
+#include "sim/lm_run.hpp"
+#include "sim/lp_trainer.hpp"
+#include "sim/mlp_run.hpp"
 #include "support/catch.hpp"
 #include "support/config_error.hpp"
 #include "support/temp_dir.hpp"
@@ -26,7 +33,9 @@
 #include "sweep/index.hpp"
 #include "sweep/runner.hpp"
 #include "sweep/state.hpp"
+#include "trace/device_identity.hpp"
 #include "trace/h5.hpp"
+#include "util/config.hpp"
 
 namespace sw = fp4d::sweep;
 using fp4d_test::contains;
@@ -115,6 +124,17 @@ sw::Sweep sum_sweep(int runs) {
   std::string seeds;
   for (int i = 0; i < runs; ++i) seeds += (i ? ", " : "") + std::to_string(i + 1);
   return sw::expand_sweep("base = \"b\"\n[grid.sum]\nseed = [" + seeds + "]\n", "s.toml", kSumBase, "base.toml");
+}
+
+// A stand-in for a CUDA device (the trainers stay the CPU's: the trace does not know).
+fp4d::DeviceIdentity fake_gpu(const std::string& uuid, std::int64_t ordinal, const std::optional<std::string>& cvd) {
+  fp4d::DeviceIdentity d;
+  d.device = "NVIDIA H200";
+  d.uuid = uuid;
+  d.ordinal = ordinal;
+  d.pci_bus_id = "0000:19:00.0";
+  d.cuda_visible_devices = cvd;
+  return d;
 }
 
 }  // namespace
@@ -350,4 +370,145 @@ TEST_CASE("devices: a record keeps its device through text, and older records re
   CHECK(sw::parse_record(sw::record_text(r), "rec").cuda_visible_devices == r.cuda_visible_devices);
   const std::string older = "status = \"complete\"\nexit_code = 0\nwall_s = 1.5\nattempts = 1\nerror = \"\"\nrank = 0\n";
   CHECK(sw::parse_record(older, "old").cuda_visible_devices.empty());
+}
+
+// ---- the device a trace records ----------------------------------------------------------
+
+TEST_CASE("device identity: NVIDIA's UUID text of 16 bytes", "[devices]") {
+  // The UUID of the CUDA Programming Guide's CUDA_VISIBLE_DEVICES example, byte by byte.
+  const std::array<unsigned char, 16> b{0x89, 0x32, 0xf9, 0x37, 0xd7, 0x2c, 0x41, 0x06,
+                                        0xc1, 0x2f, 0x20, 0xbd, 0x9f, 0xae, 0xd9, 0xf6};
+  CHECK(fp4d::format_device_uuid(b) == "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6");
+  CHECK(fp4d::format_device_uuid(b, "MIG-") == "MIG-8932f937-d72c-4106-c12f-20bd9faed9f6");
+  std::array<unsigned char, 16> z{}, f{};
+  f.fill(0xff);
+  CHECK(fp4d::format_device_uuid(z) == "GPU-00000000-0000-0000-0000-000000000000");
+  CHECK(fp4d::format_device_uuid(f) == "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff");
+}
+
+TEST_CASE("device identity: the CPU backend is the CPU, with no CUDA attributes", "[devices]") {
+  const fp4d::DeviceIdentity d = fp4d::cpu_backend().device_identity();
+  CHECK(d.device == "cpu");
+  CHECK(d.is_cpu());
+  CHECK(d.uuid.empty());
+  CHECK(d.ordinal == -1);
+  CHECK(d.pci_bus_id.empty());
+  CHECK_FALSE(d.cuda_visible_devices.has_value());
+
+  TempDir t("fp4d_test_device_attrs");
+  fp4d::h5::File f = fp4d::h5::File::create(t.file("a.h5"));
+  fp4d::h5::Group root = f.root();
+  fp4d::write_device_attributes(root, d);
+  CHECK(root.get_attr_string("device") == "cpu");
+  CHECK(root.get_attr_string("devices_used") == "cpu");
+  for (const char* a : {"device_uuid", "device_ordinal", "device_pci_bus_id", "cuda_visible_devices"}) CHECK_FALSE(root.has_attr(a));
+  // A GPU attempt after it, then the CPU again: the CUDA attributes come and go with the
+  // device, the list of devices used only grows.
+  const std::string u = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6";
+  fp4d::write_device_attributes(root, fake_gpu(u, 0, std::string("5")));
+  CHECK(root.get_attr_string("device") == "NVIDIA H200");
+  CHECK(root.get_attr_string("device_uuid") == u);
+  CHECK(root.get_attr_int64("device_ordinal") == 0);
+  CHECK(root.get_attr_string("device_pci_bus_id") == "0000:19:00.0");
+  CHECK(root.get_attr_string("cuda_visible_devices") == "5");
+  fp4d::write_device_attributes(root, fake_gpu(u, 1, std::nullopt));
+  CHECK_FALSE(root.has_attr("cuda_visible_devices"));  // unset in that attempt
+  CHECK(root.get_attr_int64("device_ordinal") == 1);
+  fp4d::write_device_attributes(root, d);
+  CHECK(root.get_attr_string("device") == "cpu");
+  CHECK_FALSE(root.has_attr("device_uuid"));
+  CHECK(root.get_attr_string("devices_used") == "cpu," + u);
+}
+
+TEST_CASE("device identity: an mlp trace records its device, and a resume on another GPU adds it", "[devices]") {
+  TempDir t("fp4d_test_mlp_device");
+  const std::string path = t.file("run.h5");
+  fp4d::MlpRunSpec spec;
+  spec.model.widths = {16, 32, 8};
+  spec.model.batch = 16;
+  spec.steps = 6;
+  spec.queue = 1;  // records reach the trace (and progress) a step behind, not at the end
+  spec.recipes = {"fp32"};
+  const std::string ua = "GPU-00000000-0000-0000-0000-0000000000aa", ub = "GPU-00000000-0000-0000-0000-0000000000bb";
+  std::atomic<bool> stop{false};
+  fp4d::MlpRunControl ctl;
+  ctl.path = path;
+  ctl.backend = "cuda";
+  ctl.device = fake_gpu(ua, 0, std::string("3"));
+  ctl.stop = &stop;
+  ctl.progress = [&](std::int64_t done, std::int64_t) {
+    if (done == 3) stop = true;
+  };
+  REQUIRE(fp4d::run_mlp(spec, ctl) == fp4d::MlpRunOutcome::Interrupted);
+  {
+    const fp4d::h5::File f = fp4d::h5::File::open_read(path);
+    const fp4d::h5::Group r = f.root();
+    CHECK(r.get_attr_string("device") == "NVIDIA H200");
+    CHECK(r.get_attr_string("device_uuid") == ua);
+    CHECK(r.get_attr_string("cuda_visible_devices") == "3");
+    CHECK(r.get_attr_string("devices_used") == ua);
+  }
+  ctl.resume = true;
+  ctl.stop = nullptr;
+  ctl.progress = nullptr;
+  ctl.device = fake_gpu(ub, 0, std::string("GPU-00000000"));
+  REQUIRE(fp4d::run_mlp(spec, ctl) == fp4d::MlpRunOutcome::Complete);
+  const fp4d::h5::File f = fp4d::h5::File::open_read(path);
+  const fp4d::h5::Group r = f.root();
+  CHECK(r.get_attr_string("status") == "complete");
+  CHECK(r.has_attr("resumed_at_step"));
+  CHECK(r.get_attr_string("device_uuid") == ub);  // the last attempt's
+  CHECK(r.get_attr_string("cuda_visible_devices") == "GPU-00000000");
+  CHECK(r.get_attr_string("devices_used") == ua + "," + ub);
+
+  // A CPU run: device "cpu" and nothing of CUDA's.
+  fp4d::MlpRunControl cpu;
+  cpu.path = t.file("cpu.h5");
+  REQUIRE(fp4d::run_mlp(spec, cpu) == fp4d::MlpRunOutcome::Complete);
+  const fp4d::h5::File g = fp4d::h5::File::open_read(cpu.path);
+  CHECK(g.root().get_attr_string("device") == "cpu");
+  CHECK(g.root().get_attr_string("devices_used") == "cpu");
+  CHECK_FALSE(g.root().has_attr("device_uuid"));
+}
+
+TEST_CASE("device identity: an lm trace records its device, and a resume on another GPU adds it", "[devices]") {
+  TempDir t("fp4d_test_lm_device");
+  const std::string text =
+      "workload = \"lm\"\n"
+      "[lm]\nsteps = 6\nvocab = 16\nd_model = 32\nheads = 2\nkv_heads = 1\nffn = 32\nseq_len = 16\nbatch = 2\n"
+      "pattern = \"AF\"\n[lm.optimizer]\nlr = 0.01\n[data]\norder = 1\nzipf_support = 4\n"
+      "[recipes]\nnames = [\"fp32\"]\n[reference]\ncompare_every = 2\n";
+  fp4d::Config cfg = fp4d::Config::parse(text, "lm.toml");
+  REQUIRE(cfg.get_string("workload") == "lm");
+  const fp4d::LmRunSpec spec = fp4d::parse_lm_run(cfg);
+  cfg.finish();
+  const std::string ua = "GPU-00000000-0000-0000-0000-0000000000aa", ub = "MIG-00000000-0000-0000-0000-0000000000bb";
+  std::atomic<bool> stop{false};
+  fp4d::LmRunControl ctl;
+  ctl.path = t.file("lm.h5");
+  ctl.config_text = text;
+  ctl.backend = "cuda";
+  ctl.device = fake_gpu(ua, 1, std::string("4,6"));
+  ctl.stop = &stop;
+  ctl.progress = [&](std::int64_t done, std::int64_t) {
+    if (done == 3) stop = true;
+  };
+  REQUIRE(fp4d::run_lm(spec, ctl) == fp4d::LmRunOutcome::Interrupted);
+  {
+    const fp4d::h5::File f = fp4d::h5::File::open_read(ctl.path);
+    CHECK(f.root().get_attr_string("device_uuid") == ua);
+    CHECK(f.root().get_attr_int64("device_ordinal") == 1);
+    CHECK(f.root().get_attr_string("cuda_visible_devices") == "4,6");
+  }
+  ctl.resume = true;
+  ctl.stop = nullptr;
+  ctl.progress = nullptr;
+  ctl.device = fake_gpu(ub, 0, std::nullopt);
+  REQUIRE(fp4d::run_lm(spec, ctl) == fp4d::LmRunOutcome::Complete);
+  const fp4d::h5::File f = fp4d::h5::File::open_read(ctl.path);
+  const fp4d::h5::Group r = f.root();
+  CHECK(r.get_attr_string("device_uuid") == ub);
+  CHECK(r.get_attr_int64("device_ordinal") == 0);
+  CHECK_FALSE(r.has_attr("cuda_visible_devices"));
+  CHECK(r.get_attr_string("devices_used") == ua + "," + ub);
 }

@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
     return cuda::probe_accumulators(ks);
   }
   std::string device_architecture() const override { return cuda::device_architecture(); }
+  DeviceIdentity device_identity() const override { return cuda::device_identity(); }
   std::vector<std::string> devices() const override { return cuda::visible_devices(); }
 };
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -29,6 +30,25 @@ std::string device_architecture() {
 
 std::vector<std::string> visible_devices() {
   return sweep::visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), "/dev");
+}
+
+DeviceIdentity device_identity() {
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+    throw std::runtime_error("cudaGetDeviceProperties failed");
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) throw std::runtime_error("cudaDeviceGetPCIBusId failed");
+  DeviceIdentity d;
+  d.device = p.name;
+  d.ordinal = dev;
+  d.pci_bus_id = bus;
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd) d.cuda_visible_devices = cvd;
+  std::array<unsigned char, 16> bytes{};
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(p.uuid.bytes[i]);
+  d.uuid = format_device_uuid(bytes, sweep::device_uuid_prefix(cvd, dev));
+  return d;
 }
 
 }  // namespace fp4d::cuda

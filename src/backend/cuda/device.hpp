@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "trace/device_identity.hpp"
+
 namespace fp4d::cuda {
 
 // Whether a CUDA device can be used (the runtime initialises and counts one); why not, otherwise.
@@ -16,6 +18,11 @@ bool device_available(std::string* why);
 // it refuses). Does not initialise the CUDA runtime (the sweep's own process stays off the
 // devices its runs use).
 std::vector<std::string> visible_devices();
+
+// The current device: its name, UUID as nvidia-smi prints it (MIG- when this process's
+// CUDA_VISIBLE_DEVICES names it by a MIG identifier, GPU- otherwise), ordinal, PCI bus id, and
+// the CUDA_VISIBLE_DEVICES this process saw. std::runtime_error when the runtime cannot say.
+DeviceIdentity device_identity();
 
 // The current device's architecture as nvcc names it ("sm_90", "sm_100", ...), with its name
 // in parentheses; throws std::runtime_error when the runtime cannot say.

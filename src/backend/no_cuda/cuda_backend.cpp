@@ -22,6 +22,7 @@ class NoCudaBackend final : public Backend {
     throw_built_without_cuda("accumulator");
   }
   std::string device_architecture() const override { throw_built_without_cuda("device"); }
+  DeviceIdentity device_identity() const override { throw_built_without_cuda("device"); }
   std::vector<std::string> devices() const override { throw_built_without_cuda("sweep"); }
 };
 
