@@ -257,6 +257,19 @@ TEST_CASE("gemm: bad input is refused with one line and no output") {
   }
 }
 
+TEST_CASE("accumulator --model-check needs a device: without one it is refused before any output") {
+  // This suite runs where no GPU is usable (or fp4drift has no CUDA): the check compares the
+  // model with a device's GEMMs, so it must say why it cannot, not report an empty agreement.
+  const TempDir t;
+  const std::string out = t.file("check.json");
+  const Result r = run("accumulator --model-check --out " + out);
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("accumulator: ") != std::string::npos);
+  CHECK(r.out.find("model vs cuBLASLt") == std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+}
+
 TEST_CASE("gemm --accumulator: the accumulation split at sequential FP32, exact accumulation, bad values") {
   const auto recipes_of = [](const Result& r) {
     INFO(r.err);
@@ -1019,6 +1032,8 @@ TEST_CASE("options are applied as recorded or refused: none is accepted and igno
            {"bench quantize --log2-elements 10 --threads 0", "--threads values must be at least 1, got 0"},
            {"bench quantize --log2-elements 10 --cases nvfp4-1x16-rne,nope", "--cases: unknown case 'nope'"},
            {"accumulator --probe-k 8", "--probe-k values must be multiples of 16, at least 32, got 8"},
+           {"accumulator --model-check --scale 0", "--scale must be a number in (0, 1000], got 0"},
+           {"accumulator --model-check --out check.h5", "--out must name a .json file, got 'check.h5'"},
            {"sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --dry-run --workers 0", "--workers must be in [1, 4096], got 0"},
            {"sweep " FP4DRIFT_SOURCE_DIR "/data/sweeps/bench-sum.toml --dry-run --backend ''", "--backend must be cpu or cuda"}})
     require_refused(args, want);
