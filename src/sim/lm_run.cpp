@@ -525,8 +525,8 @@ LmRunOutcome run_lm_in(const LmRunSpec& spec, const LmRunControl& ctl, LmRunSumm
         [&](const CheckpointMark& m) {
           write_checkpoint_file(ctl.path, m, [&](h5::Group g, Fnv1a64* d) { write_lm_states(g, ref, lp, d); });
         });
-  else if (LmTrace::is_complete(ctl.path))
-    throw std::invalid_argument("--resume: " + ctl.path + " is complete");
+  else if (LmTrace::is_complete(ctl.path))  // nothing to resume (throw_complete removes a kill's leftovers)
+    throw_complete(ctl.path);
   const CheckpointMark mark = read_checkpoint_file(ctl.path, ctl.config_text,
                                                    [&](h5::Group g, Fnv1a64* d) { read_lm_states(g, ref, lp, d); });
   std::optional<RowJournal> journal;

@@ -623,8 +623,8 @@ MlpRunOutcome run_mlp_in(const MlpRunSpec& spec, const MlpRunControl& ctl, MlpRu
   std::vector<MlpState<float>> lp(spec.recipes.size(), init_state<float>(spec.model));  // the runs' starting states
   MlpState<Ref> ref = init_state<Ref>(spec.model);
   if (!ctl.resume) create_mlp_run_files(spec, ctl, ref, lp);
-  else if (MlpTrace::is_complete(ctl.path))  // a complete trace has no checkpoint left: say what it is
-    throw std::invalid_argument("--resume: " + ctl.path + " is complete");
+  else if (MlpTrace::is_complete(ctl.path))  // nothing to resume (throw_complete removes a kill's leftovers)
+    throw_complete(ctl.path);
   // Fresh or resumed, the run starts from its checkpoint.
   const CheckpointMark mark = read_checkpoint(ctl.path, ctl.config_text, ref, lp);
   std::optional<RowJournal> journal;

@@ -1,4 +1,5 @@
 #include "sweep/runner.hpp"
+#include "trace/run_files.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -233,6 +234,7 @@ std::vector<int> Coordinator::plan() {
     }
     RunRecord rec = read_record(p.record);
     if (plan_run(p) == Action::Skip) {
+      remove_leftovers_of_complete_run(p.trace);  // a child killed after closing its trace
       if (rec.status != "complete") {  // the sweep stopped between the run's end and its record
         rec.status = "complete";
         rec.exit_code = 0;

@@ -40,25 +40,35 @@ bool run_trace_is_complete(const std::string& path) {
 }
 
 h5::File open_run_trace(const std::string& path, const std::string& workload, const std::string& config_text) {
-  // A run killed while it was writing (in SWMR mode or not) leaves the trace flagged as open
-  // for writing; the resume verifies every row of it against the checkpoint, so the flag is
-  // cleared rather than taken for a torn file (which would rebuild it from the journal).
-  h5::File f = h5::File::open_rw(path, h5::StaleWriter::Clear);
-  const h5::Group root = f.root();
-  // A kill while the writer changed metadata (attributes, the final states' group) can leave a
-  // header that no longer decodes while every row reads back: an h5::Error here makes the
-  // resume rebuild the trace from its journal rather than fail later, half-way.
-  root.check_readable();
-  if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != workload)
-    throw std::invalid_argument("--resume: " + path + " is not an fp4drift " + workload + " run trace");
-  if (root.get_attr_string("config") != config_text)
-    throw std::invalid_argument("--resume: the config differs from the one " + path +
-                                " was started with (resuming would not continue the same run)");
-  if (root.get_attr_string("status") == "complete") throw std::invalid_argument("--resume: " + path + " is complete");
-  if (!root.has_attr("run_id"))
-    throw std::invalid_argument("--resume: " + path + " has no run id (it was written by an fp4drift whose "
-                                "checkpoints could not be verified): start it again");
-  return f;
+  {
+    // A run killed while it was writing (in SWMR mode or not) leaves the trace flagged as open
+    // for writing; the resume verifies every row of it against the checkpoint, so the flag is
+    // cleared rather than taken for a torn file (which would rebuild it from the journal).
+    h5::File f = h5::File::open_rw(path, h5::StaleWriter::Clear);
+    const h5::Group root = f.root();
+    // A kill while the writer changed metadata (attributes, the final states' group) can leave a
+    // header that no longer decodes while every row reads back: an h5::Error here makes the
+    // resume rebuild the trace from its journal rather than fail later, half-way.
+    root.check_readable();
+    if (root.get_attr_string("schema") != "fp4drift.run" || root.get_attr_string("workload") != workload)
+      throw std::invalid_argument("--resume: " + path + " is not an fp4drift " + workload + " run trace");
+    if (root.get_attr_string("config") != config_text)
+      throw std::invalid_argument("--resume: the config differs from the one " + path +
+                                  " was started with (resuming would not continue the same run)");
+    if (root.get_attr_string("status") != "complete") {
+      if (!root.has_attr("run_id"))
+        throw std::invalid_argument("--resume: " + path + " has no run id (it was written by an fp4drift whose "
+                                    "checkpoints could not be verified): start it again");
+      return f;
+    }
+  }  // complete (its stale writer flag, if the kill left one, cleared by this close)
+  throw_complete(path);
+}
+
+[[noreturn]] void throw_complete(const std::string& path) {
+  const bool removed = remove_leftovers_of_complete_run(path);
+  throw std::invalid_argument("--resume: " + path + " is complete" +
+                              (removed ? " (a kill after its end had left its .ckpt and .rows beside it: removed)" : ""));
 }
 
 void sync_directory_of(const std::string& path) {
@@ -109,6 +119,13 @@ void remove_resume_files(const std::string& trace) {
   std::filesystem::remove(checkpoint_path(trace));
   std::filesystem::remove(journal_path(trace));
   sync_directory_of(trace);
+}
+
+bool remove_leftovers_of_complete_run(const std::string& trace) {
+  if (!run_trace_is_complete(trace)) return false;
+  if (!std::filesystem::exists(checkpoint_path(trace)) && !std::filesystem::exists(journal_path(trace))) return false;
+  remove_resume_files(trace);
+  return true;
 }
 
 RowJournal reopen_journal(const std::string& trace, const CheckpointMark& mark) {

@@ -38,6 +38,16 @@ void replace_trace_file(const std::string& trace, const std::function<void(h5::F
 // caller's own checks say why).
 bool run_trace_is_complete(const std::string& path);
 
+// A complete trace with its run's checkpoint or journal still beside it: the run was killed after
+// it closed the trace and before remove_resume_files. Finishes that (the trace synced, then
+// both removed) and returns true; returns false, changing nothing, where the trace is not
+// complete or nothing is beside it. What a --resume of a complete run and a sweep that finds
+// one do, so that a complete run never keeps files that look like an unfinished one.
+bool remove_leftovers_of_complete_run(const std::string& trace);
+// A --resume of the complete run `path`: removes its leftovers, then throws std::invalid_argument
+// "--resume: PATH is complete" (saying so when it removed any).
+[[noreturn]] void throw_complete(const std::string& path);
+
 // Opens a run trace to continue it: std::invalid_argument when it is not an fp4drift run trace
 // of `workload`, was started with another config, is complete, or has no run id.
 h5::File open_run_trace(const std::string& path, const std::string& workload, const std::string& config_text);

@@ -468,6 +468,28 @@ def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
     assert_same(datasets(trace), want, rid)
 
 
+def test_a_complete_run_left_with_its_checkpoint_is_cleaned_not_rerun(tmp_path: Path) -> None:
+    # A child killed after it closed its complete trace and before it removed its checkpoint and
+    # journal: the next sweep counts the run complete, removes the two files and leaves the
+    # trace as it was.
+    s = make_sweep(tmp_path, 20, [1], lrs=(0.02,))
+    out = tmp_path / "out"
+    assert sweep(s, out).returncode == 0
+    rid = load_sweep(str(out / "sweep.h5")).ids[0]
+    trace = out / "runs" / rid / "trace.h5"
+    want = datasets(trace)
+    left = [Path(str(trace) + ".ckpt"), Path(str(trace) + ".rows")]
+    for f in left:
+        f.write_bytes(b"left by a kill")
+    p = sweep(s, out)
+    assert p.returncode == 0, p.stderr
+    assert not [f.name for f in left if f.exists()]
+    idx = load_sweep(str(out / "sweep.h5"))
+    assert list(idx.summary["status"]) == ["complete"]
+    assert list(idx.summary["attempts"]) == [1]  # not run again
+    assert_same(datasets(trace), want, rid)
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
