@@ -15,8 +15,9 @@ bool device_available(std::string* why);
 // The devices child processes may be pinned to with CUDA_VISIBLE_DEVICES: the entries of
 // CUDA_VISIBLE_DEVICES when it is set (so a sweep never escapes the devices it was given),
 // else one per /dev/nvidiaN (sweep/device_assignment.hpp's visible_devices, which says what
-// it refuses). Does not initialise the CUDA runtime (the sweep's own process stays off the
-// devices its runs use).
+// it refuses). Does not call the CUDA runtime. (`fp4drift sweep --backend cuda` does, once:
+// its up-front device_available check counts the devices, which creates no context on any of
+// them, so the sweep's own process holds no device memory beside its runs.)
 std::vector<std::string> visible_devices();
 
 // The current device: its name, UUID as nvidia-smi prints it (MIG- when this process's
