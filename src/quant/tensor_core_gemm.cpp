@@ -1,6 +1,7 @@
 // The tensor-core model GEMM (quant/tensor_core_gemm.hpp): a reference through tensor_core_dot
 // and a vectorised path that computes the same bits.
 #include "quant/tensor_core_gemm.hpp"
+#include "quant/tensor_core_lanes.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -15,25 +16,10 @@ namespace fp4d {
 
 namespace {
 
-// Exponent given to zero elements: far below any real one, so a zero product never sets a
-// block's alignment exponent, and the sum of two of them cannot overflow an int.
-constexpr int kZeroExponent = -(1 << 20);  // a product with a zero factor: below kZeroExponent / 2
+using tc_lanes::kZeroExponent;
+using tc_lanes::require_same_k;
 // The fast path's window for alignment exponents of blocks that hold a product (see the header).
 constexpr int kFastMinExponent = -100, kFastMaxExponent = 124;
-
-void require_same_k(const Matrix& A, const Matrix& B) {
-  if (A.cols != B.cols)
-    throw std::invalid_argument("tensor-core gemm: K mismatch (A is " + std::to_string(A.rows) + " x " +
-                                std::to_string(A.cols) + ", B is " + std::to_string(B.rows) + " x " +
-                                std::to_string(B.cols) + ")");
-}
-
-// The model's exponent of a finite nonzero x: floor(log2 |x|), at least the input format's
-// minimum normal exponent (its subnormals keep a significand below 1 there).
-int model_exponent(float x, const TensorCoreModel& m) {
-  const int biased = static_cast<int>((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu);
-  return std::max(biased == 0 ? -127 : biased - 127, m.input_min_exponent);
-}
 
 // One operand prepared for the fast path: values as they are, exponents per element.
 struct Prepared {
@@ -69,7 +55,7 @@ Prepared prepare(const Matrix& X, const TensorCoreModel& m) {
       finite = false;
       e = 0;
     } else if (x != 0.0f) {
-      e = model_exponent(x, m);
+      e = tc_lanes::model_exponent(x, m.input_min_exponent);
       if (!fits_input_format(x, e, m)) first_bad = std::min(first_bad, i);
       emin = std::min(emin, e);
       emax = std::max(emax, e);
@@ -113,16 +99,9 @@ Matrix fast_gemm(const Matrix& A, const Matrix& B, const Prepared& pa, const Pre
   const std::int64_t M = A.rows, N = B.rows, K = A.cols, G = m.group;
   Matrix C(M, N);
   if (M == 0 || N == 0) return C;
-  // B and its exponents transposed to K x Np, so the inner loops run across output columns
-  // (one lane per output); padding columns are zero and never stored.
-  const std::int64_t Np = (N + kTileCols - 1) / kTileCols * kTileCols;
-  std::vector<float> bt(static_cast<std::size_t>(K * Np), 0.0f);
-  std::vector<int> bet(static_cast<std::size_t>(K * Np), kZeroExponent);
-  for (std::int64_t j = 0; j < N; ++j)
-    for (std::int64_t k = 0; k < K; ++k) {
-      bt[static_cast<std::size_t>(k * Np + j)] = B.data[static_cast<std::size_t>(j * K + k)];
-      bet[static_cast<std::size_t>(k * Np + j)] = pb.exps[static_cast<std::size_t>(j * K + k)];
-    }
+  // B lane-major (K x Np): the inner loops run across output columns, one lane per output.
+  const tc_lanes::LaneMajorB bl = tc_lanes::lane_major(B, pb.exps, kTileCols);
+  const std::int64_t Np = bl.Np;
   const std::int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = Np / kTileCols;
 #pragma omp parallel for schedule(static) collapse(2)
   for (std::int64_t jt = 0; jt < col_tiles; ++jt)
@@ -141,15 +120,7 @@ Matrix fast_gemm(const Matrix& A, const Matrix& B, const Prepared& pa, const Pre
         const std::int64_t k1 = std::min(K, k0 + G);
         // Pass 1: the block's largest product exponent e_a + e_b per output.
         int ep[kTileRows][kTileCols];
-        for (std::int64_t r = 0; r < kTileRows; ++r)
-          for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = kZeroExponent;
-        for (std::int64_t k = k0; k < k1; ++k) {
-          const int* be = bet.data() + k * Np + j0;
-          for (std::int64_t r = 0; r < kTileRows; ++r) {
-            const int ea = aexp[r][k];
-            for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = std::max(ep[r][c], ea + be[c]);
-          }
-        }
+        tc_lanes::block_max_exponents(aexp, bl, j0, k0, k1, ep);
         // The alignment exponent E (with the accumulator's) and the scale 2^(25 - E) that puts
         // a term's 23 + 2 kept fraction bits above the binary point. A block without a product
         // returns c unchanged (c has 24 bits, the grid 25 below c's exponent): such lanes use
@@ -169,7 +140,7 @@ Matrix fast_gemm(const Matrix& A, const Matrix& B, const Prepared& pa, const Pre
         // block's products sum exactly in int32 (below 16 * 4 * 2^25 < 2^31).
         std::int32_t s[kTileRows][kTileCols] = {};
         for (std::int64_t k = k0; k < k1; ++k) {
-          const float* bk = bt.data() + k * Np + j0;
+          const float* bk = bl.values.data() + k * Np + j0;
           for (std::int64_t r = 0; r < kTileRows; ++r) {
             const float av = arow[r][k];
             for (std::int64_t c = 0; c < kTileCols; ++c) s[r][c] += static_cast<std::int32_t>((av * bk[c]) * scale[r][c]);
@@ -202,19 +173,9 @@ Matrix tensor_core_gemm_reference(const Matrix& A, const Matrix& B, const Tensor
   require_same_k(A, B);
   const std::int64_t M = A.rows, N = B.rows, K = A.cols;
   Matrix C(M, N);
-  std::string error;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < M; ++i) {
-    for (std::int64_t j = 0; j < N; ++j) {
-      try {
-        C(i, j) = tensor_core_dot(A.data.data() + i * K, B.data.data() + j * K, K, 0.0f, m);
-      } catch (const std::invalid_argument& e) {
-#pragma omp critical
-        if (error.empty()) error = e.what();
-      }
-    }
-  }
-  if (!error.empty()) throw std::invalid_argument("tensor-core gemm: " + error);
+  tc_lanes::each_output(M, N, [&](std::int64_t i, std::int64_t j) {
+    C(i, j) = tensor_core_dot(A.data.data() + i * K, B.data.data() + j * K, K, 0.0f, m);
+  });
   return apply_alpha(std::move(C), alpha);
 }
 

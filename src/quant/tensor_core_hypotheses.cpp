@@ -11,22 +11,18 @@
 #include <vector>
 
 #include "quant/tensor_core_gemm.hpp"
+#include "quant/tensor_core_lanes.hpp"
 
 namespace fp4d {
 
 namespace {
 
-// Exponent given to zero elements: far below any real one, so a zero product never sets a
-// block's alignment exponent, and the sum of two of them cannot overflow an int.
-constexpr int kZeroExponent = -(1 << 20);
+using tc_lanes::kZeroExponent;
 // Model exponents the FP8 path takes (FP8's are in [-14, 15]); see the header for why.
 constexpr int kMinExponent = -30, kMaxExponent = 16;
 
 void check_args(const Matrix& A, const Matrix& B, const std::vector<std::int64_t>& intervals) {
-  if (A.cols != B.cols)
-    throw std::invalid_argument("tensor-core gemm: K mismatch (A is " + std::to_string(A.rows) + " x " +
-                                std::to_string(A.cols) + ", B is " + std::to_string(B.rows) + " x " +
-                                std::to_string(B.cols) + ")");
+  tc_lanes::require_same_k(A, B);
   for (const std::int64_t p : intervals)
     if (p < 0) throw std::invalid_argument("tensor-core gemm: a promotion interval is negative (" + std::to_string(p) + ")");
 }
@@ -60,8 +56,7 @@ Exponents exponents(const Matrix& X, int min_exp, int fraction_bits) {
       ok = false;
       e = 0;
     } else if (x != 0.0f) {
-      const int biased = static_cast<int>((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu);
-      e = std::max(biased == 0 ? -127 : biased - 127, min_exp);
+      e = tc_lanes::model_exponent(x, min_exp);
       const double scaled = std::ldexp(std::fabs(static_cast<double>(x)), fraction_bits - e);
       ok = ok && scaled == std::floor(scaled) && e >= kMinExponent && e <= kMaxExponent;
     }
@@ -80,16 +75,9 @@ std::vector<Matrix> fp8_gemm(const Matrix& A, const Matrix& B, const Exponents& 
   std::vector<Matrix> out;
   for (std::int64_t h = 0; h < H; ++h) out.emplace_back(M, N);
   if (M == 0 || N == 0 || H == 0) return out;
-  // B and its exponents transposed to K x Np: the inner loops run across output columns, one lane
-  // per output; padding columns are zero and never stored.
-  const std::int64_t Np = (N + kTileCols - 1) / kTileCols * kTileCols;
-  std::vector<float> bt(static_cast<std::size_t>(K * Np), 0.0f);
-  std::vector<int> bet(static_cast<std::size_t>(K * Np), kZeroExponent);
-  for (std::int64_t j = 0; j < N; ++j)
-    for (std::int64_t k = 0; k < K; ++k) {
-      bt[static_cast<std::size_t>(k * Np + j)] = B.data[static_cast<std::size_t>(j * K + k)];
-      bet[static_cast<std::size_t>(k * Np + j)] = pb.e[static_cast<std::size_t>(j * K + k)];
-    }
+  // B lane-major (K x Np): the inner loops run across output columns, one lane per output.
+  const tc_lanes::LaneMajorB bl = tc_lanes::lane_major(B, pb.e, kTileCols);
+  const std::int64_t Np = bl.Np;
   const std::int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = Np / kTileCols;
   for (std::int64_t h0 = 0; h0 < H; h0 += kMaxHypotheses) {
     const std::int64_t hn = std::min<std::int64_t>(kMaxHypotheses, H - h0);
@@ -110,15 +98,7 @@ std::vector<Matrix> fp8_gemm(const Matrix& A, const Matrix& B, const Exponents& 
         for (std::int64_t k0 = 0; k0 < K; k0 += G) {
           const std::int64_t k1 = std::min(K, k0 + G);
           int ep[kTileRows][kTileCols];
-          for (std::int64_t r = 0; r < kTileRows; ++r)
-            for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = kZeroExponent;
-          for (std::int64_t k = k0; k < k1; ++k) {
-            const int* be = bet.data() + k * Np + j0;
-            for (std::int64_t r = 0; r < kTileRows; ++r) {
-              const int ea = aexp[r][k];
-              for (std::int64_t c = 0; c < kTileCols; ++c) ep[r][c] = std::max(ep[r][c], ea + be[c]);
-            }
-          }
+          tc_lanes::block_max_exponents(aexp, bl, j0, k0, k1, ep);
           for (std::int64_t h = 0; h < hn; ++h) {
             const std::int64_t P = intervals[static_cast<std::size_t>(h0 + h)];
             float(&a)[kTileRows][kTileCols] = acc[h];
@@ -142,7 +122,7 @@ std::vector<Matrix> fp8_gemm(const Matrix& A, const Matrix& B, const Exponents& 
               }
             std::int32_t s[kTileRows][kTileCols] = {};
             for (std::int64_t k = k0; k < k1; ++k) {
-              const float* bk = bt.data() + k * Np + j0;
+              const float* bk = bl.values.data() + k * Np + j0;
               for (std::int64_t r = 0; r < kTileRows; ++r) {
                 const float av = arow[r][k];
                 for (std::int64_t c = 0; c < kTileCols; ++c) s[r][c] += static_cast<std::int32_t>((av * bk[c]) * scale[r][c]);
@@ -178,22 +158,13 @@ std::vector<Matrix> tensor_core_gemm_hypotheses_reference(const Matrix& A, const
   const std::int64_t M = A.rows, N = B.rows, K = A.cols;
   std::vector<Matrix> out;
   for (std::size_t h = 0; h < intervals.size(); ++h) out.emplace_back(M, N);
-  std::string error;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j)
-      for (std::size_t h = 0; h < intervals.size(); ++h) {
-        try {
-          const float* a = A.data.data() + i * K;
-          const float* b = B.data.data() + j * K;
-          out[h](i, j) = intervals[h] == 0 ? tensor_core_dot(a, b, K, 0.0f, m)
-                                           : tensor_core_dot_promoted(a, b, K, 0.0f, intervals[h], m);
-        } catch (const std::invalid_argument& e) {
-#pragma omp critical
-          if (error.empty()) error = e.what();
-        }
-      }
-  if (!error.empty()) throw std::invalid_argument("tensor-core gemm: " + error);
+  tc_lanes::each_output(M, N, [&](std::int64_t i, std::int64_t j) {
+    const float* a = A.data.data() + i * K;
+    const float* b = B.data.data() + j * K;
+    for (std::size_t h = 0; h < intervals.size(); ++h)
+      out[h](i, j) = intervals[h] == 0 ? tensor_core_dot(a, b, K, 0.0f, m)
+                                       : tensor_core_dot_promoted(a, b, K, 0.0f, intervals[h], m);
+  });
   return out;
 }
 
