@@ -174,6 +174,15 @@ void check_accumulator_options(const AccumulatorArgs& a) {
 
 // ---- --model-check ----
 
+// What a promotion probe's count of surviving small products says (accumulator_probe.hpp).
+std::string promotion_meaning(const AccumulatorProbe& p) {
+  const std::int64_t kept = p.promoted_small_terms, K = p.K;
+  return kept == K - 1 ? "none lost (FP32 accumulation)"
+         : kept == 0   ? "all lost: no promotion to FP32 within K"
+         : kept > 0    ? "promoted every " + std::to_string(K - kept) + " products"
+                       : "not of the form 1 + m 2^-18 (another accumulation than assumed)";
+}
+
 std::string hex_bits(std::uint32_t u) {
   char b[16];
   std::snprintf(b, sizeof b, "0x%08x", u);
@@ -422,12 +431,9 @@ int run_model_check(const AccumulatorArgs& a, const Backend& device) {
       }
       for (const AccumulatorProbe& p : probe) {
         const std::int64_t kept = p.promoted_small_terms, K = p.K;
-        const std::string meaning = kept == K - 1 ? "none lost (FP32 accumulation)"
-                                    : kept == 0   ? "all lost: no promotion within K"
-                                    : kept > 0    ? "promoted every " + std::to_string(K - kept) + " products"
-                                                  : "not of the form 1 + m 2^-18";
         std::printf("promotion probe %-20s K=%-5lld promoted_small_terms %lld of %lld: %s\n", p.path.c_str(),
-                    static_cast<long long>(K), static_cast<long long>(kept), static_cast<long long>(K - 1), meaning.c_str());
+                    static_cast<long long>(K), static_cast<long long>(kept), static_cast<long long>(K - 1),
+                    promotion_meaning(p).c_str());
       }
       if (!probe_error.empty()) std::printf("promotion probe: failed: %s\n", probe_error.c_str());
     }
@@ -518,12 +524,8 @@ int run_accumulator(const AccumulatorArgs& a, const std::set<std::string>& given
   for (const auto& p : probes) {
     if (p.placement != "promotion") continue;
     const std::int64_t kept = p.promoted_small_terms, K = p.K;
-    const std::string meaning = kept == K - 1 ? "none lost (FP32 accumulation)"
-                                : kept == 0   ? "all lost: no promotion to FP32 within K"
-                                : kept > 0    ? "promoted every " + std::to_string(K - kept) + " products"
-                                              : "not of the form 1 + m 2^-18 (another accumulation than assumed)";
     std::printf("%-22s K=%-7lld kept %lld of %lld: %s\n", p.path.c_str(), static_cast<long long>(K),
-                static_cast<long long>(kept), static_cast<long long>(K - 1), meaning.c_str());
+                static_cast<long long>(kept), static_cast<long long>(K - 1), promotion_meaning(p).c_str());
   }
   std::printf("\nrandom operands, M=%lld N=%lld: bits kept = -log2(|C - exact| / sum|ab|) per element "
               "(GPU | CPU sequential float32 model of the same operands)\n",
