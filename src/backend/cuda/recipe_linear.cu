@@ -150,9 +150,8 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   if (mode_ == Mode::Nvfp4) plan_nvfp4(f, d, w);
   else plan_cast(f, d, w);
   f.k_order = d.k_order = w.k_order = model_order;
+  fprop_shape_ = f, dgrad_shape_ = d, wgrad_shape_ = w;
   if (mode_ == Mode::Fp32 && model_order) {
-    sequential_ = true;
-    fprop_shape_ = f, dgrad_shape_ = d, wgrad_shape_ = w;
     path_ = "fp32: ascending-k FP32 sums on the CUDA cores (the CPU's float32 GEMM, for the sm90 accumulator)";
     return;
   }
@@ -180,11 +179,11 @@ SequentialGemm sequential_of(const LtGemm& g) {
 
 void RecipeLinear::run_gemm(const std::unique_ptr<LtPlan>& plan, const LtGemm& shape, cudaStream_t stream,
                             const LtContext& lt) {
-  if (sequential_) {
+  if (plan) {
+    plan->run(stream, &lt);
+  } else {
     run_sequential_gemm(sequential_of(shape), stream);
     launch_check("sequential_gemm_kernel launch");
-  } else {
-    plan->run(stream, &lt);
   }
 }
 

@@ -84,9 +84,8 @@ class RecipeLinear {
   const std::uint64_t* device_seed_;
   std::string path_;
   std::unique_ptr<Buffers> b_;
-  std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;
-  bool sequential_ = false;  // fp32 layer: the plans' shapes run by sequential_gemm.cuh instead
-  LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;
+  std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;  // null for an fp32 layer in model order:
+  LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 
   QuantSpec spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const;
   void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
