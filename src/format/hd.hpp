@@ -35,6 +35,22 @@ FP4D_HD float bits_float(std::uint32_t u) {
 #endif
 }
 
+FP4D_HD std::uint64_t double_bits(double x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<std::uint64_t>(__double_as_longlong(x));
+#else
+  return __builtin_bit_cast(std::uint64_t, x);
+#endif
+}
+
+FP4D_HD double bits_double(std::uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  return __builtin_bit_cast(double, u);
+#endif
+}
+
 FP4D_HD float abs_f32(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
 FP4D_HD bool is_nan_f32(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 FP4D_HD bool is_finite_f32(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }

@@ -30,20 +30,6 @@
 
 namespace fp4d::pmath {
 
-FP4D_HD std::uint64_t double_bits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<std::uint64_t>(__double_as_longlong(x));
-#else
-  return __builtin_bit_cast(std::uint64_t, x);
-#endif
-}
-FP4D_HD double bits_double(std::uint64_t u) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(u));
-#else
-  return __builtin_bit_cast(double, u);
-#endif
-}
 FP4D_HD bool is_nan(double x) { return (double_bits(x) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
 
 // 2^k for a normal power (-1022 <= k <= 1023).
