@@ -445,16 +445,22 @@ def test_mpirun_killed_sweep_resumes_without_duplicating_work(tmp_path: Path) ->
         assert_same(datasets(out / "runs" / r / "trace.h5"), data, r)
 
 
-def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
-    # An interrupted trace whose checkpoint is damaged: the resume is refused, and the sweep
-    # starts the run from step 0 at once instead of recording a failure that every rerun would
-    # repeat.
+def one_complete_run(tmp_path: Path) -> tuple[Path, Path, str, Path, dict[str, bytes]]:
+    """A sweep of one short run, done: the sweep file, its output, the run's id, its trace and the
+    trace's datasets."""
     s = make_sweep(tmp_path, 20, [1], lrs=(0.02,))
     out = tmp_path / "out"
     assert sweep(s, out).returncode == 0
     rid = load_sweep(str(out / "sweep.h5")).ids[0]
     trace = out / "runs" / rid / "trace.h5"
-    want = datasets(trace)
+    return s, out, rid, trace, datasets(trace)
+
+
+def test_a_resume_that_fails_starts_the_run_again(tmp_path: Path) -> None:
+    # An interrupted trace whose checkpoint is damaged: the resume is refused, and the sweep
+    # starts the run from step 0 at once instead of recording a failure that every rerun would
+    # repeat.
+    s, out, rid, trace, want = one_complete_run(tmp_path)
     with h5py.File(trace, "r+") as f:
         f.attrs["status"] = "interrupted"
     Path(str(trace) + ".ckpt").write_bytes(b"not a checkpoint")
@@ -472,12 +478,7 @@ def test_a_complete_run_left_with_its_checkpoint_is_cleaned_not_rerun(tmp_path: 
     # A child killed after it closed its complete trace and before it removed its checkpoint and
     # journal: the next sweep counts the run complete, removes the two files and leaves the
     # trace as it was.
-    s = make_sweep(tmp_path, 20, [1], lrs=(0.02,))
-    out = tmp_path / "out"
-    assert sweep(s, out).returncode == 0
-    rid = load_sweep(str(out / "sweep.h5")).ids[0]
-    trace = out / "runs" / rid / "trace.h5"
-    want = datasets(trace)
+    s, out, rid, trace, want = one_complete_run(tmp_path)
     left = [Path(str(trace) + ".ckpt"), Path(str(trace) + ".rows")]
     for f in left:
         f.write_bytes(b"left by a kill")
