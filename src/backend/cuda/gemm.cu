@@ -156,12 +156,17 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
   Matrix C(M, N);
   if (M == 0 || N == 0) return C;
   if (K == 0) return C;  // empty sum: zeros, as the CPU emulation
-  // K padded with zeros to a multiple of 16 elements: 16-byte aligned rows for every type
-  // (FP8 kernels require it); zero products do not change any sum.
+  // K padded with zeros to a multiple of 16 elements, and the GEMM run over the padded K: rows
+  // 16-byte aligned for every type (FP8 kernels require it), and every kernel's MMA blocks start
+  // at multiples of 16 whatever its k-tile. Given K = 100, cuBLASLt's BF16/FP16 kernel on the
+  // H200 takes the partial k-tile first (64-wide tiles: blocks [0,16) [16,32) [32,36) [36,52) ..),
+  // which rounds differently from blocks [0,16) .. [96,100); over the padded K a partial tile is
+  // a multiple of 16 long, its blocks are the model's, and the all-zero blocks change nothing
+  // (docs/numerics.md 8b).
   const std::int64_t ld = round_up(K, 16);
   DeviceBuffer<float> d_c(static_cast<std::size_t>(M * N), "cudaMalloc (C)");
   LtGemm g;
-  g.M = M, g.N = N, g.K = K, g.ld_k = ld, g.d = d_c.p, g.ta = p.ta, g.tb = p.tb;
+  g.M = M, g.N = N, g.K = ld, g.ld_k = ld, g.d = d_c.p, g.ta = p.ta, g.tb = p.tb;
   // A known summation order: the CPU's sm90 model is compared with these products.
   g.k_order = true;
   float alpha = 1.0f;
