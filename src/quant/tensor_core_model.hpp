@@ -26,14 +26,19 @@
 // (`fp4drift accumulator --model-check` does that, docs/numerics.md 8b).
 //
 // cuBLASLt's FP8 GEMMs without fast accumulation promote partial sums to an FP32 accumulator at
-// an interval not published; tensor_core_dot_promoted is the hypothesis the model check tests
-// for each candidate interval.
+// an interval it does not publish: on the H200 (cuBLAS 13) every 128 products, measured by
+// `fp4drift accumulator --model-check` (tensor_core_dot_promoted with interval 128 agreed on every
+// output, each other candidate interval disagreed; docs/numerics.md 8b). With fast accumulation
+// there is no promotion: tensor_core_dot over all of K.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 namespace fp4d {
+
+// The promotion interval of Hopper FP8 GEMMs without fast accumulation (see above).
+inline constexpr std::int64_t kSm90Fp8PromotionInterval = 128;
 
 struct TensorCoreModel {
   int group = 16;           // products aligned and summed together (one MMA k-slice)

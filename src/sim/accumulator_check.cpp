@@ -83,8 +83,13 @@ const std::vector<std::int64_t>& model_check_ks() {
 }
 
 const std::vector<std::int64_t>& model_check_promotion_intervals() {
-  static const std::vector<std::int64_t> v{0, 32, 64, 128, 256, 512};
+  static const std::vector<std::int64_t> v{kSm90Fp8PromotionInterval, 0, 32, 64, 256, 512};
   return v;
+}
+
+bool is_device_refusal(const std::string& error) {
+  return error.find("not supported") != std::string::npos ||
+         error.find("that sums in k order without split-K") != std::string::npos;
 }
 
 std::vector<ModelCheckCase> model_check_plan(double scale) {
@@ -191,7 +196,7 @@ CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, co
     PathOutcome p;
     p.path = c.input + (fast ? "-fast-accum" : "");
     p.fast_accumulation = fast;
-    p.modelled = !fp8 || fast;
+    p.modelled = true;
     p.device_k = c.K;
     Matrix d;
     t0 = std::chrono::steady_clock::now();
@@ -213,9 +218,11 @@ CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, co
     out.device_seconds += seconds_since(t0);
     if (p.error.empty() && (d.rows != c.M || d.cols != c.N))
       p.error = "the device returned " + std::to_string(d.rows) + " x " + std::to_string(d.cols) + " outputs";
+    p.refused = !p.error.empty() && is_device_refusal(p.error);
     if (p.error.empty())
-      for (std::size_t h = 0; h < (p.modelled ? 1 : intervals.size()); ++h)
-        p.hypotheses.push_back(compare(d, model[h], intervals[h], keep));
+      for (std::size_t h = 0; h < intervals.size(); ++h)
+        if (!fast || intervals[h] == 0)  // fast accumulation: no promotion, the one model
+          p.hypotheses.push_back(compare(d, model[h], intervals[h], keep));
     out.paths.push_back(std::move(p));
   }
   return out;
@@ -223,11 +230,15 @@ CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, co
 
 const HypothesisTotal& PathTotal::verdict() const {
   if (hypotheses.empty()) throw std::logic_error("model check: a path without hypotheses");
-  if (modelled) return hypotheses.front();
-  const HypothesisTotal* best = &hypotheses.front();
+  return modelled ? hypotheses.front() : best();
+}
+
+const HypothesisTotal& PathTotal::best() const {
+  if (hypotheses.empty()) throw std::logic_error("model check: a path without hypotheses");
+  const HypothesisTotal* b = &hypotheses.front();
   for (const HypothesisTotal& h : hypotheses)
-    if (h.mismatches < best->mismatches) best = &h;
-  return *best;
+    if (h.mismatches < b->mismatches) b = &h;
+  return *b;
 }
 
 std::vector<PathTotal> model_check_totals(const std::vector<CaseOutcome>& cases) {
@@ -236,13 +247,15 @@ std::vector<PathTotal> model_check_totals(const std::vector<CaseOutcome>& cases)
     for (const PathOutcome& p : c.paths) {
       auto it = std::find_if(totals.begin(), totals.end(), [&](const PathTotal& t) { return t.path == p.path; });
       if (it == totals.end()) {
-        totals.push_back({p.path, p.modelled, 0, {}});
+        totals.push_back({p.path, p.modelled, 0, 0, {}});
         it = totals.end() - 1;
-        const std::vector<std::int64_t> ivs = p.modelled ? std::vector<std::int64_t>{0} : model_check_promotion_intervals();
+        const bool promoted = is_fp8(p.path) && !p.fast_accumulation;
+        const std::vector<std::int64_t> ivs = promoted ? model_check_promotion_intervals() : std::vector<std::int64_t>{0};
         for (const std::int64_t iv : ivs) it->hypotheses.push_back({iv, 0, 0, 0, 0, 0});
       }
       if (!p.error.empty()) {
         ++it->errors;
+        it->refused += p.refused ? 1 : 0;
         continue;
       }
       for (const HypothesisOutcome& h : p.hypotheses)

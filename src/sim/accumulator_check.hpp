@@ -7,9 +7,11 @@
 // "e4m3", "e5m2" (A E5M2, B E4M3) and each with "-fast-accum" (cuBLASLt's FP8 fast accumulation).
 // The model each is compared with:
 //   bf16, fp16, FP8 fast accumulation   tensor_core_dot over all of K (the published model);
-//   FP8 without fast accumulation       unknown: every promotion hypothesis side by side -
-//                                       none (tensor_core_dot over K) and promotion every P in
-//                                       {32, 64, 128, 256, 512} (tensor_core_dot_promoted).
+//   FP8 without fast accumulation       tensor_core_dot_promoted every kSm90Fp8PromotionInterval
+//                                       (128) products, which this check measured; every other
+//                                       promotion hypothesis - none (tensor_core_dot over K), P in
+//                                       {32, 64, 256, 512} - is compared beside it, so that a
+//                                       device or library that promotes elsewhere shows where.
 // A hypothesis is the answer where it has zero mismatches over every case. The check runs on the
 // CPU only through DeviceProduct, so that it is testable without a device (the unit tests give
 // it the model itself, and a deliberately wrong product).
@@ -41,7 +43,8 @@ std::vector<ModelCheckCase> model_check_plan(double scale);
 // a few distributions; small shapes (seconds on the device and the CPU).
 std::vector<ModelCheckCase> model_check_fast_subset();
 
-// The promotion intervals tested for FP8 without fast accumulation (0: no promotion).
+// The promotion intervals compared for FP8 without fast accumulation: the model's
+// (kSm90Fp8PromotionInterval) first, then the alternatives (0: no promotion, 32, 64, 256, 512).
 const std::vector<std::int64_t>& model_check_promotion_intervals();
 
 // The device's C = A B^T (M x N float32) of two exact operands; fast_accumulation for FP8.
@@ -72,11 +75,22 @@ struct HypothesisOutcome {
 struct PathOutcome {
   std::string path;  // bf16, fp16, e4m3, e4m3-fast-accum, e5m2, e5m2-fast-accum
   bool fast_accumulation = false;
-  bool modelled = true;  // false: FP8 without fast accumulation (hypotheses)
+  // true: hypotheses[0] is the model's and decides; false: no interval is known (never so for
+  // sm90 today), the best hypothesis is reported.
+  bool modelled = true;
   std::int64_t device_k = 0;  // K the device got (K, or K padded with zero products, see run)
   std::string error;          // the device's failure; empty when it ran
-  std::vector<HypothesisOutcome> hypotheses;  // modelled: one (interval 0)
+  // The failure was the library declining the shape (no algorithm that sums in k order, or "not
+  // supported"): nothing to compare, reported apart from failures.
+  bool refused = false;
+  // One per interval compared: bf16, fp16 and fast accumulation one (interval 0); FP8 without
+  // fast accumulation model_check_promotion_intervals(), the model's first.
+  std::vector<HypothesisOutcome> hypotheses;
 };
+
+// Whether a device error is the library declining a shape rather than a failure: cuBLASLt's
+// NOT_SUPPORTED status or LtPlan's "no algorithm ... that sums in k order".
+bool is_device_refusal(const std::string& error);
 
 struct CaseOutcome {
   ModelCheckCase c;
@@ -101,11 +115,13 @@ struct HypothesisTotal {
 struct PathTotal {
   std::string path;
   bool modelled = true;
-  std::int64_t errors = 0;  // cases whose device GEMM failed
+  std::int64_t errors = 0;   // cases whose device GEMM failed, refusals included
+  std::int64_t refused = 0;  // of those, the library declined the shape (is_device_refusal)
   std::vector<HypothesisTotal> hypotheses;
-  // The hypothesis reported: interval 0 where modelled, else the one with the fewest mismatches
-  // (the first of equals: no promotion, then the intervals ascending).
+  // The hypothesis that decides: the model's (hypotheses[0]) where modelled, else best().
   const HypothesisTotal& verdict() const;
+  // The hypothesis with the fewest mismatches (the first of equals, in the order compared).
+  const HypothesisTotal& best() const;
 };
 std::vector<PathTotal> model_check_totals(const std::vector<CaseOutcome>& cases);
 

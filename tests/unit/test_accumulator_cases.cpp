@@ -270,12 +270,16 @@ TEST_CASE("model check: a device that is the model agrees; the promotion interva
     CHECK(t.errors == 0);
     CHECK(t.verdict().mismatches == 0);
     CHECK(t.verdict().inner_products == 6 * 24 * 16);
-    CHECK(t.modelled == (t.path.find("fast") != std::string::npos || t.path == "bf16" || t.path == "fp16"));
-    if (!t.modelled) {
-      CHECK(t.verdict().interval == 128);
-      REQUIRE(t.hypotheses.size() == model_check_promotion_intervals().size());
+    CHECK(t.modelled);
+    const bool promoted = t.path == "e4m3" || t.path == "e5m2";  // FP8 without fast accumulation
+    REQUIRE(t.hypotheses.size() == (promoted ? model_check_promotion_intervals().size() : 1));
+    if (promoted) {
+      CHECK(t.verdict().interval == kSm90Fp8PromotionInterval);
+      CHECK(t.best().interval == kSm90Fp8PromotionInterval);
       for (const HypothesisTotal& h : t.hypotheses)
         if (h.interval != 128) CHECK(h.mismatches > 0);  // K = 1000 tells them apart
+    } else {
+      CHECK(t.verdict().interval == 0);
     }
   }
 }
@@ -326,15 +330,34 @@ TEST_CASE("model check: a refused K is padded with zero products; a failing devi
     CHECK(p.error.empty());
     CHECK(p.device_k == 112);
   }
-  CHECK(model_check_totals({c}).at(0).verdict().mismatches == 0);
-  CHECK(model_check_totals({c}).at(0).verdict().interval == 64);
+  // A device promoting every 64 products: the model's 128 disagrees, the check names 64 as closest.
+  CHECK(model_check_totals({c}).at(0).verdict().interval == 128);
+  CHECK(model_check_totals({c}).at(0).verdict().mismatches > 0);
+  CHECK(model_check_totals({c}).at(0).best().mismatches == 0);
+  CHECK(model_check_totals({c}).at(0).best().interval == 64);
   const DeviceProduct broken = [](const QuantizedTensor&, const QuantizedTensor&, bool) -> Matrix {
     throw std::runtime_error("no kernel");
   };
   const CaseOutcome e = run_model_check_case({"bf16", "normal", 16, 16, 64}, 2, broken);
   CHECK(e.paths.at(0).error == "no kernel");
+  CHECK_FALSE(e.paths.at(0).refused);
   CHECK(e.paths.at(0).hypotheses.empty());
   CHECK(model_check_totals({e}).at(0).errors == 1);
+  CHECK(model_check_totals({e}).at(0).refused == 0);
+  // The library declining the shape is recorded as a refusal, still not as agreement.
+  const DeviceProduct declining = [](const QuantizedTensor&, const QuantizedTensor&, bool) -> Matrix {
+    throw std::runtime_error("cuBLASLt error in cublasLtMatmulAlgoGetHeuristic: the requested functionality is not supported");
+  };
+  const CaseOutcome r = run_model_check_case({"e4m3", "normal", 16, 16, 64}, 2, declining);
+  REQUIRE(r.paths.size() == 2);
+  for (const PathOutcome& p : r.paths) {
+    CHECK(p.refused);
+    CHECK(p.hypotheses.empty());
+  }
+  CHECK(model_check_totals({r}).at(0).errors == 1);
+  CHECK(model_check_totals({r}).at(0).refused == 1);
+  CHECK(is_device_refusal("cuBLASLt has no algorithm for this GEMM (512 x 512 x 16384) that sums in k order without split-K"));
+  CHECK_FALSE(is_device_refusal("cudaMalloc (C): out of memory"));
 }
 
 TEST_CASE("model check: the plan, operands and ulp distances", "[accumulator_cases]") {
