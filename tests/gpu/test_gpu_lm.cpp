@@ -11,7 +11,9 @@
 //    tensor-core model's GEMMs) bit for bit: loss, gradient norm, lost-update fractions, every
 //    parameter and both moments at every step, and the operand statistics the trace records,
 //    for the attention + SwiGLU models and the Mamba-2 hybrids, per resident recipe.
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -416,12 +418,17 @@ TEST_CASE("gpu lm: with the sm90 accumulator the resident run is the CPU run bit
     INFO("recipe " << c.recipe << ", pattern " << s.pattern << ", kv_heads " << s.kv_heads << ", fused_qkv "
                    << s.fused_qkv << ", tied " << s.tied_embeddings << "; " << gpu->path());
     int clipped = 0;
+    double gpu_s = 0, cpu_s = 0;  // each side's time, printed per case
     for (std::int64_t step = 0; step < c.steps; ++step) {
       const std::vector<std::int32_t> tk = tokens_at(s, step);
       const bool record = step % 50 == 0;
       std::vector<OperandRecord> rg, rc;
+      auto t0 = std::chrono::steady_clock::now();
       const LmStepStats g = gpu->step(tk.data(), record ? &rg : nullptr);
+      auto t1 = std::chrono::steady_clock::now();
       const LmStepStats h = cpu->step(tk.data(), record ? &rc : nullptr);
+      gpu_s += std::chrono::duration<double>(t1 - t0).count();
+      cpu_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       INFO("first divergent step " << step << ": loss gpu " << g.loss << ", cpu " << h.loss << "; gradient norm gpu "
                                    << g.grad_norm << ", cpu " << h.grad_norm);
       REQUIRE(bits(g.loss) == bits(h.loss));
@@ -450,5 +457,8 @@ TEST_CASE("gpu lm: with the sm90 accumulator the resident run is the CPU run bit
     // (max_grad_norm = 1), so the clip factor's path was compared too.
     CHECK(cpu->state().p != init.p);
     CHECK(clipped > 0);
+    std::printf("sm90 lm %s pattern %s: %d steps bit for bit (gpu %.1f s, cpu %.1f s)\n", c.recipe.c_str(),
+                s.pattern.c_str(), c.steps, gpu_s, cpu_s);
+    std::fflush(stdout);
   }
 }

@@ -16,7 +16,9 @@
 //  - With the sm90 accumulator, the resident run is the CPU run (train_step<float> with the
 //    tensor-core model's GEMMs) bit for bit: loss, lost-update fractions and every weight and
 //    moment, step after step, for every resident recipe.
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -362,9 +364,17 @@ TEST_CASE("gpu mlp: with the sm90 accumulator the resident run is the CPU run bi
     RecipeGemm rg(opt, static_cast<int>(s.widths.size() - 1));
     MlpState<float> cpu = init_state<float>(s);
     INFO(c.recipe << " " << c.task << ": " << gpu.path(1));
+    // Each side's time, printed per recipe: where a device call's minutes go.
+    double gpu_s = 0, cpu_s = 0;
+    const auto timed = [](double& total, auto&& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = f();
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    };
     for (std::int64_t step = 0; step < c.steps; ++step) {
-      const StepStats g = gpu.step(make_batch(s, step));
-      const StepStats h = train_step<float>(s, cpu, rg.fn());
+      const StepStats g = timed(gpu_s, [&] { return gpu.step(make_batch(s, step)); });
+      const StepStats h = timed(cpu_s, [&] { return train_step<float>(s, cpu, rg.fn()); });
       INFO("step " << step << ": loss gpu " << g.loss << ", cpu " << h.loss);
       REQUIRE(std::memcmp(&g.loss, &h.loss, sizeof(double)) == 0);
       REQUIRE(g.lost_update_fraction == h.lost_update_fraction);
@@ -377,5 +387,8 @@ TEST_CASE("gpu mlp: with the sm90 accumulator the resident run is the CPU run bi
     }
     // The runs trained (the equality is not that of two untouched initialisations).
     CHECK(cpu.w != init_state<float>(s).w);
+    std::printf("sm90 mlp %s %s: %d steps bit for bit (gpu %.1f s, cpu %.1f s)\n", c.recipe.c_str(), c.task.c_str(),
+                c.steps, gpu_s, cpu_s);
+    std::fflush(stdout);
   }
 }
