@@ -11,6 +11,7 @@
 #include "quant/dense_gemm.hpp"
 #include "quant/ref_operand.hpp"
 #include "quant/tensor_core_gemm.hpp"
+#include "quant/tensor_core_hypotheses.hpp"
 #include "ref/exact_block_gemm.hpp"
 
 namespace fp4d {
@@ -239,9 +240,34 @@ Matrix scaled_elements(const Operand& o, std::int64_t L, bool exponents) {
   return X;
 }
 
-void refuse_accumulator(const EmulatedGemmOptions& opt, Accumulator a, const std::string& what) {
-  if (opt.accumulator == a)
-    throw std::invalid_argument("accumulator " + to_string(a) + ": " + what);
+// The GPU path's per-tensor FP8 GEMM under the tensor-core model (the header's FP8 sm90 rule):
+// the model over the decoded element values, then the decode scales in the epilogue.
+Matrix gemm_fp8_sm90(const QuantizedTensor& A, const QuantizedTensor& B, bool fast_accumulation) {
+  if (!A.spec.per_tensor() || !B.spec.per_tensor())
+    throw std::invalid_argument("accumulator sm90: FP8 operands with block scales (A " + layout_string(A.spec) +
+                                ", B " + layout_string(B.spec) +
+                                ") are not modelled: cuBLASLt's per-block scale application on sm90 is not "
+                                "measured, so sm90 models FP8 with per-tensor scaling only");
+  if (A.spec.element == ElementFormat::E5M2 && B.spec.element == ElementFormat::E5M2)
+    throw std::invalid_argument(
+        "accumulator sm90: FP8 E5M2 x E5M2 is not modelled: cuBLASLt has no such GEMM, so the GPU path has none");
+  require(!A.scale_values.empty() && !B.scale_values.empty(), "FP8 operand without its decode scale");
+  const auto decoded = [](const QuantizedTensor& q) {
+    Matrix x(q.rows, q.cols);
+    for (std::int64_t r = 0; r < q.rows; ++r)
+      for (std::int64_t k = 0; k < q.cols; ++k) x(r, k) = fp8_value(q, q.code_at(r, k));
+    return x;
+  };
+  const TensorCoreModel m = sm90_tensor_core_model(to_string(A.spec.element), to_string(B.spec.element));
+  // Interval 0: no promotion (tensor_core_dot over all of K). Infinities and NaN (E5M2 codes, a
+  // NaN input's code) take the model's own rule through the per-output path.
+  const std::int64_t interval = fast_accumulation ? 0 : kSm90Fp8PromotionInterval;
+  Matrix C = std::move(tensor_core_gemm_hypotheses(decoded(A), decoded(B), m, {interval}).front());
+  // The epilogue: one float32 product of the decode scales, then one of that and acc (a
+  // hypothesis about cuBLASLt's rounding order; see the header).
+  const float s = A.scale_values[0] * B.scale_values[0];
+  for (float& c : C.data) c = s * c;
+  return C;
 }
 
 }  // namespace
@@ -283,9 +309,7 @@ Matrix gemm_mxfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, c
 
 Matrix gemm_fp8_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt) {
   check_fp8(A, B);
-  refuse_accumulator(opt, Accumulator::Sm90,
-                     "FP8 GEMMs are not modelled (Hopper's FP8 accumulation and cuBLASLt's promotion to FP32 are "
-                     "not yet measured); sm90 models NVFP4, MXFP4, BF16 and FP16");
+  if (opt.accumulator == Accumulator::Sm90) return gemm_fp8_sm90(A, B, opt.fp8_fast_accumulation);
   const std::int64_t L = common_block(A, B);
   if (opt.accumulator == Accumulator::Exact) return exact_accumulation(block_operand(A), block_operand(B), false, 1.0f);
   const Operand a = decode_operand(A, L, false, [&](std::uint8_t c) { return fp8_value(A, c); });

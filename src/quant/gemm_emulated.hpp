@@ -51,6 +51,18 @@
 //   term (min(L, K) - 1) additions in p_b + 2 (scale product, multiply) + (nb - 1) additions,
 //   n = min(L, K) + nb. Against R: n + 2 as for NVFP4 (x_hat = fl(value * d)).
 //   For a 128x128-tiled B the scale of B(j, k) is that of tile (j / 128, k / 128).
+//   Accumulator sm90 (both operands per tensor; E4M3 or E5M2 elements, not both E5M2, which
+//   cuBLASLt has no GEMM for): the GPU path's FP8 GEMM (backend/cuda/gemm.hpp: FP8 codes, the
+//   decode scales as cuBLASLt's A/B scale factors, alpha 1). With x_k, y_k the decoded FP8 element
+//   values (exact, without the scales) and m = sm90_tensor_core_model(A's format, B's format):
+//     acc = tensor_core_dot_promoted(x, y, K, 0, 128, m)   without fast accumulation (partial
+//                                                         sums added to FP32 every 128 products)
+//     acc = tensor_core_dot(x, y, K, 0, m)                 with fp8_fast_accumulation
+//     C   = fl(fl(d^A * d^B) * acc)                        float32, round to nearest even
+//   The two accumulations are the H200's bit for bit (E4M3 x E4M3 and E5M2 x E4M3, decode scales
+//   1, K up to 4096: quant/tensor_core_model.hpp). The epilogue's order is a hypothesis: cuBLASLt
+//   documents D = alpha * scale_A * scale_B * (A B) without saying how it rounds that product.
+//   The GPU path pads K with zeros to a multiple of 16; zero products change no model value.
 //
 // Dequantize-then-FP32 (gemm_dequantized_fp32 / gemm_fp32):
 //   acc = 0; for k = 0 .. K-1: acc = acc + (a_k * b_k)   - each product rounded to float32, then
@@ -81,7 +93,10 @@ namespace fp4d {
 //                    exponent with 2 extra bits, truncated, blocks in ascending K), then the
 //                    global factor g (NVFP4) as cuBLASLt's epilogue alpha: C = fl(g * acc). The
 //                    model is the H200's bit for bit for BF16 where cuBLASLt sums in k order
-//                    (docs/findings.md); FP8 GEMMs are not modelled (std::invalid_argument).
+//                    (docs/findings.md). FP8 with both operands per-tensor scaled as cuBLASLt's
+//                    FP8 GEMM computes it (below); FP8 with 1x128 blocks or 128x128 tiles is
+//                    refused (std::invalid_argument): how cuBLASLt applies per-block scales on
+//                    sm90 is not measured.
 //   exact            every product times its block scale product, summed exactly (the
 //                    fixed-point reference, scale products exact), rounded once to float32
 //                    (RNE), then C = fl(g * acc) for NVFP4: the error that is left is the
@@ -98,6 +113,10 @@ const std::vector<std::string>& accumulator_names();
 
 struct EmulatedGemmOptions {
   Accumulator accumulator = Accumulator::Fp32Sequential;
+  // sm90, FP8 operands: cuBLASLt's fast-accumulation mode (CUBLASLT_MATMUL_DESC_FAST_ACCUM, no
+  // promotion of partial sums to FP32). Off by default, as cuBLASLt's default and the GPU path's
+  // unless asked (GemmProductOptions::fp8_fast_accumulation). Read by the sm90 accumulator only.
+  bool fp8_fast_accumulation = false;
 };
 
 // A row-major double matrix (results of the f64 variants).
@@ -113,7 +132,8 @@ struct GemmMatrixF64 {
 Matrix gemm_nvfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt = {});
 //   MXFP4: both operands MXFP4 (1x32 blocks).
 Matrix gemm_mxfp4_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt = {});
-//   FP8 scaled: per-tensor, 1x128 or 128x128 (any mix; two blocked operands must share L).
+//   FP8 scaled: per-tensor, 1x128 or 128x128 (any mix; two blocked operands must share L);
+//   accumulator sm90: both per-tensor.
 Matrix gemm_fp8_emulated(const QuantizedTensor& A, const QuantizedTensor& B, const EmulatedGemmOptions& opt = {});
 // Dispatch on A.spec.scheme (Cast operands are refused: use gemm_dequantized_fp32).
 Matrix gemm_block_scaled_emulated(const QuantizedTensor& A, const QuantizedTensor& B,

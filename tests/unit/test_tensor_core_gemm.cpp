@@ -8,7 +8,11 @@
 //    (absorption, truncation at alignment, a subnormal exact result rounded once);
 //  - small-integer NVFP4 operands (every partial sum exact in any order: CUTLASS's testbed idea)
 //    give the same bits under every accumulator, while N(0, 1) operands at K = 4096 do not;
-//  - what is not modelled is refused with a message naming it.
+//  - per-tensor FP8 under sm90: a hand-worked dot product where the promotion of partial sums
+//    to FP32 every 128 products decides the result (and fast accumulation, without it, gives
+//    another), and random E4M3 x E4M3 and E5M2 x E4M3 operands with decode scales that are not
+//    powers of two equal fl(fl(d^A d^B) * model) output by output, bit for bit;
+//  - what is not modelled (block-scaled FP8 among it) is refused with a message naming it.
 #include <omp.h>
 
 #include <cmath>
@@ -17,15 +21,18 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp16.hpp"
+#include "format/fp8.hpp"
 #include "quant/gemm_emulated.hpp"
 #include "quant/presets.hpp"
 #include "quant/quantize.hpp"
 #include "quant/tensor_core_gemm.hpp"
+#include "quant/tensor_core_hypotheses.hpp"
 #include "support/catch.hpp"
 
 using namespace fp4d;
@@ -227,20 +234,148 @@ TEST_CASE("the sm90 NVFP4 GEMM is the BF16 model of q S with g as the epilogue")
   CHECK(differing(exact, sm90) > 0);
 }
 
+namespace {
+
+// The decoded FP8 element values of a quantized operand (stored orientation, without the scale).
+Matrix fp8_elements(const QuantizedTensor& q) {
+  Matrix x(q.rows, q.cols);
+  for (std::int64_t r = 0; r < q.rows; ++r)
+    for (std::int64_t k = 0; k < q.cols; ++k)
+      x(r, k) = q.spec.element == ElementFormat::E5M2 ? e5m2_decode(q.code_at(r, k)) : e4m3_decode(q.code_at(r, k));
+  return x;
+}
+
+EmulatedGemmOptions sm90_fp8(bool fast) {
+  EmulatedGemmOptions o{Accumulator::Sm90};
+  o.fp8_fast_accumulation = fast;
+  return o;
+}
+
+// The message of the std::invalid_argument that f throws ("" when it throws none).
+template <class F>
+std::string invalid_argument_of(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sm90 FP8: promotion to FP32 every 128 products decides a hand-worked dot product") {
+  // K = 256. A's row: 224, then 255 times 0.25 (amax 224: encode 448 / 224 = 2, decode 0.5; codes
+  // 448 and 0.5). B's row: 112, then 255 times 0.125 (encode 4, decode 0.25; codes 448 and 0.5).
+  // The decoded products: 448 * 448 = 200704 = 1.53125 * 2^17 at k = 0, then 0.25 at k = 1 .. 255.
+  Matrix a(1, 256), b(1, 256);
+  a(0, 0) = 224.0f;
+  b(0, 0) = 112.0f;
+  for (std::int64_t k = 1; k < 256; ++k) a(0, k) = 0.25f, b(0, k) = 0.125f;
+  const QuantizedTensor qa = quantize_cpu(a, preset("fp8-e4m3-tensor").spec), qb = quantize_cpu(b, preset("fp8-e4m3-tensor").spec);
+  REQUIRE(qa.scale_values.at(0) == 0.5f);
+  REQUIRE(qb.scale_values.at(0) == 0.25f);
+  const Matrix x = fp8_elements(qa), y = fp8_elements(qb);
+  REQUIRE(x(0, 0) == 448.0f);
+  REQUIRE(y(0, 0) == 448.0f);
+  REQUIRE(x(0, 255) == 0.5f);
+  REQUIRE(y(0, 255) == 0.5f);
+  // Chunk k = 0 .. 127: the first block aligns to the product's exponent 8 + 8 = 16, whose 13 kept
+  // fraction bits end at 2^3, so every 0.25 is truncated away, in that block and (beside the
+  // accumulator 200704, exponent 17) in the next three: the chunk is 200704. Chunk k = 128 .. 255:
+  // 128 * 0.25 = 32, exact. Promoted: fl(200704 + 32) = 200736 (exact in FP32). Fast accumulation
+  // keeps the one accumulator: 200704. The epilogue multiplies by fl(0.5 * 0.25) = 0.125.
+  const TensorCoreModel m = sm90_tensor_core_model("e4m3");
+  CHECK(tensor_core_dot_promoted(x.data.data(), y.data.data(), 256, 0.0f, 128, m) == 200736.0f);
+  CHECK(tensor_core_dot(x.data.data(), y.data.data(), 256, 0.0f, m) == 200704.0f);
+  const float promoted = only(gemm_fp8_emulated(qa, qb, sm90_fp8(false)));
+  const float fast = only(gemm_fp8_emulated(qa, qb, sm90_fp8(true)));
+  CHECK(promoted == 25092.0f);  // 0.125 * 200736
+  CHECK(fast == 25088.0f);      // 0.125 * 200704
+  CHECK(promoted != fast);
+  CHECK(only(gemm_fp8_emulated(qa, qb, {Accumulator::Sm90})) == 25092.0f);  // no fast accumulation by default
+  // Sequential FP32 and the exact sum keep every 0.25: 0.125 * (200704 + 255 * 0.25).
+  CHECK(only(gemm_fp8_emulated(qa, qb)) == 25095.96875f);
+  CHECK(only(gemm_fp8_emulated(qa, qb, {Accumulator::Exact})) == 25095.96875f);
+}
+
+TEST_CASE("sm90 FP8 per tensor: fl(fl(d_A d_B) * the promoted model) output by output") {
+  // Decode scales 0.37 and 1.9 set by hand (not powers of two, so the epilogue's roundings show);
+  // the GEMM reads only the codes and these scales. Values spread over 12 binades reach the FP8
+  // subnormals; K = 100 is a multiple of neither 16 nor the model's group of 32.
+  std::mt19937_64 g(11);
+  std::normal_distribution<float> n01;
+  std::uniform_int_distribution<int> spread(-6, 6);
+  for (const char* a_preset : {"fp8-e4m3-tensor", "fp8-e5m2-tensor"})
+    for (const std::int64_t K : {16, 100, 384}) {
+      CAPTURE(a_preset, K);
+      Matrix a(7, K), b(9, K);
+      for (float& v : a.data) v = n01(g) * p2(spread(g));
+      for (float& v : b.data) v = n01(g) * p2(spread(g));
+      QuantizedTensor qa = quantize_cpu(a, preset(a_preset).spec), qb = quantize_cpu(b, preset("fp8-e4m3-tensor").spec);
+      qa.scale_values.at(0) = 0.37f;
+      qb.scale_values.at(0) = 1.9f;
+      const Matrix x = fp8_elements(qa), y = fp8_elements(qb);
+      const TensorCoreModel m = sm90_tensor_core_model(to_string(qa.spec.element), "e4m3");
+      REQUIRE(tensor_core_hypotheses_fp8_path(x, y, m, {128}));  // the integer path is what runs
+      const float s = 0.37f * 1.9f;
+      Matrix want(7, 9), want_fast(7, 9);
+      std::int64_t nonzero = 0;
+      for (std::int64_t i = 0; i < 7; ++i)
+        for (std::int64_t j = 0; j < 9; ++j) {
+          const float* xi = x.data.data() + i * K;
+          const float* yj = y.data.data() + j * K;
+          want(i, j) = s * tensor_core_dot_promoted(xi, yj, K, 0.0f, 128, m);
+          want_fast(i, j) = s * tensor_core_dot(xi, yj, K, 0.0f, m);
+          nonzero += want(i, j) != 0.0f;
+        }
+      REQUIRE(nonzero > 50);
+      const Matrix got = gemm_fp8_emulated(qa, qb, sm90_fp8(false)), got_fast = gemm_fp8_emulated(qa, qb, sm90_fp8(true));
+      CHECK(same_bits(got, want));
+      CHECK(same_bits(got_fast, want_fast));
+      // Up to 128 products promotion changes nothing; at K = 384 it does in some output.
+      if (K <= 128) CHECK(same_bits(got, got_fast));
+      if (K == 384) CHECK(differing(got, got_fast) > 0);
+      CHECK(differing(got, gemm_fp8_emulated(qa, qb)) > 0);
+      // The GPU path pads K with zeros to a multiple of 16: the same bits.
+      const std::int64_t Kp = (K + 15) / 16 * 16;
+      Matrix ap(7, Kp), bp(9, Kp);
+      for (std::int64_t k = 0; k < K; ++k) {
+        for (std::int64_t i = 0; i < 7; ++i) ap(i, k) = a(i, k);
+        for (std::int64_t j = 0; j < 9; ++j) bp(j, k) = b(j, k);
+      }
+      QuantizedTensor qap = quantize_cpu(ap, preset(a_preset).spec), qbp = quantize_cpu(bp, preset("fp8-e4m3-tensor").spec);
+      qap.scale_values.at(0) = 0.37f;
+      qbp.scale_values.at(0) = 1.9f;
+      CHECK(same_bits(gemm_fp8_emulated(qap, qbp, sm90_fp8(false)), got));
+      CHECK(same_bits(gemm_fp8_emulated(qap, qbp, sm90_fp8(true)), got_fast));
+    }
+}
+
 TEST_CASE("accumulators that are not modelled are refused by name") {
   std::mt19937_64 g(4);
   std::normal_distribution<float> n01;
   Matrix a(4, 256), b(4, 256);
   for (float& x : a.data) x = n01(g);
   for (float& x : b.data) x = n01(g);
-  const QuantizedTensor fa = quantize_cpu(a, preset("fp8-e4m3-tensor").spec), fb = quantize_cpu(b, preset("fp8-e4m3-tensor").spec);
-  try {
-    gemm_fp8_emulated(fa, fb, {Accumulator::Sm90});
-    FAIL("an FP8 GEMM was accepted by the sm90 accumulator");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("FP8 GEMMs are not modelled") != std::string::npos);
+  // FP8 with block scales: sm90 models per-tensor scaling only.
+  const QuantizedTensor fa = quantize_cpu(a, preset("fp8-e4m3-tensor").spec);
+  const QuantizedTensor va = quantize_cpu(a, preset("fp8-e4m3-1x128").spec), vb = quantize_cpu(b, preset("fp8-e4m3-1x128").spec);
+  const QuantizedTensor tb = quantize_cpu(b, preset("fp8-e4m3-128x128").spec);
+  for (const auto& pair : {std::pair{&va, &vb}, std::pair{&va, &tb}, std::pair{&fa, &vb}}) {
+    const QuantizedTensor *x = pair.first, *y = pair.second;
+    const std::string what = invalid_argument_of([&] { (void)gemm_fp8_emulated(*x, *y, {Accumulator::Sm90}); });
+    CHECK(what.find("accumulator sm90: FP8 operands with block scales") != std::string::npos);
+    CHECK(what.find("sm90 models FP8 with per-tensor scaling only") != std::string::npos);
+    CHECK_NOTHROW(gemm_fp8_emulated(*x, *y, {Accumulator::Exact}));
   }
-  CHECK_NOTHROW(gemm_fp8_emulated(fa, fb, {Accumulator::Exact}));
+  CHECK(invalid_argument_of([&] { (void)gemm_fp8_emulated(va, tb, sm90_fp8(true)); }).find("block scales") !=
+        std::string::npos);
+  // E5M2 x E5M2: cuBLASLt has no such GEMM to model.
+  const QuantizedTensor ea = quantize_cpu(a, preset("fp8-e5m2-tensor").spec), eb = quantize_cpu(b, preset("fp8-e5m2-tensor").spec);
+  CHECK(invalid_argument_of([&] { (void)gemm_fp8_emulated(ea, eb, {Accumulator::Sm90}); }).find("E5M2 x E5M2") !=
+        std::string::npos);
+  CHECK_NOTHROW(gemm_fp8_emulated(ea, fa, {Accumulator::Sm90}));
   const QuantizedTensor na = quantize_cpu(a, preset("nvfp4").spec);
   CHECK_THROWS_AS(gemm_dequantized_fp32(na, na, {Accumulator::Sm90}), std::invalid_argument);
   const QuantizedTensor ba = cast_of(a, "bf16"), ha = cast_of(b, "fp16");
