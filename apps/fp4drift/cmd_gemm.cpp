@@ -177,16 +177,20 @@ void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::
         throw UsageError(std::string(option) + " is not a parameter of --generate " + a.generate);
   }
   bool sr = false, fp8 = false;
+  std::string fp8_blocked;  // an FP8 recipe whose operands have block scales
   for (const std::string& nm : names) {
     const GemmRecipe g = gemm_recipe(nm);
     sr = sr || (g.kind == GemmRecipe::Kind::Nvfp4 && g.sr_gradients);
     fp8 = fp8 || g.kind == GemmRecipe::Kind::Fp8;
+    for (const OperandKind kind : {OperandKind::Activation, OperandKind::Weight, OperandKind::Gradient})
+      if (fp8_blocked.empty() && g.kind == GemmRecipe::Kind::Fp8 && !gemm_operand_spec(g, kind, false, 0, 0).per_tensor())
+        fp8_blocked = nm;
   }
   if (!sr && a.draws != 1) throw UsageError("--sr-draws applies only to stochastic rounding, which no recipe here uses");
   if (!fp8 && a.fp8_fast_accumulation) throw UsageError("--fp8-fast-accumulation: no FP8 recipe in --recipe");
-  if (fp8 && a.accumulator == "sm90")
-    throw UsageError("--accumulator sm90 does not model FP8 GEMMs (a recipe in --recipe is fp8): it models the "
-                     "nvfp4, mxfp4 and bf16 recipes");
+  if (!fp8_blocked.empty() && a.accumulator == "sm90")
+    throw UsageError("--accumulator sm90 models FP8 GEMMs with per-tensor scaling only (recipe " + fp8_blocked +
+                     " scales FP8 in blocks, and cuBLASLt's per-block scale application on sm90 is not measured)");
   if (a.save_tensors && a.out.empty()) throw UsageError("--save-tensors writes into --out FILE, and none is given");
 }
 
@@ -221,8 +225,9 @@ GemmPlan plan_gemm(const GemmArgs& a, const Backend& backend, const Given& given
     if (arch.rfind("sm_90 ", 0) != 0)
       throw UsageError("--accumulator sm90 models the tensor cores of sm_90 (H100, H200); this GPU is " + arch);
   }
-  if (a.fp8_fast_accumulation && !backend.is_device())
-    throw UsageError("--fp8-fast-accumulation needs a device backend (--backend cuda): it is a tensor-core mode");
+  if (a.fp8_fast_accumulation && !backend.is_device() && a.accumulator != "sm90")
+    throw UsageError("--fp8-fast-accumulation is a tensor-core mode: it needs --backend cuda, or --accumulator sm90 "
+                     "(the CPU's model of it)");
   if (a.m <= 0 || a.n <= 0 || a.k <= 0) throw UsageError("--m, --n and --k must be positive");
   if (a.draws < 1 || a.draws > 10000) throw UsageError("--sr-draws must be in [1, 10000]");
   GemmPlan p;
@@ -298,6 +303,8 @@ GemmExperimentOptions experiment_options(const GemmArgs& a, const Backend& backe
   opt.seed = a.seed;
   opt.draws = a.draws;
   opt.emulation.accumulator = parse_accumulator(a.accumulator);
+  // The CPU model of a device run (check_model) accumulates FP8 as the device was asked to.
+  opt.emulation.fp8_fast_accumulation = a.fp8_fast_accumulation;
   opt.check_model = backend.is_device() && opt.emulation.accumulator == Accumulator::Sm90;
   if (backend.is_device()) {
     GemmProductOptions product_options;
@@ -412,7 +419,10 @@ void print_table(const GemmArgs& a, const Backend& backend, const std::string& f
   std::printf("fp4drift gemm: %s, M=%lld N=%lld K=%lld, %s, backend %s%s\n", a.role.c_str(),
               static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k),
               first_source.c_str(), a.backend.c_str(),
-              backend.is_device() ? "" : (", accumulator " + a.accumulator).c_str());
+              backend.is_device() ? ""
+                                  : (", accumulator " + a.accumulator +
+                                     (a.fp8_fast_accumulation ? " (FP8 fast accumulation)" : ""))
+                                        .c_str());
   std::printf("%-20s %12s %12s %12s %12s %12s %7s\n", "recipe", "total rel", "quant rel", "accum rel",
               "accum(deq32)", "total bias", "split");
   for (const GemmResult& r : results) {
@@ -516,7 +526,8 @@ Runner add_gemm(CLI::App& app, const std::string& command_line) {
                  "exact (rounded once); cuda: sm90 also runs the model and counts the outputs that differ")
       ->capture_default_str();
   app.add_flag("--fp8-fast-accumulation", a->fp8_fast_accumulation,
-               "cuda: run FP8 GEMMs in cuBLASLt's fast-accumulation mode (no periodic FP32 promotion)");
+               "cuda: run FP8 GEMMs in cuBLASLt's fast-accumulation mode (no periodic FP32 promotion); cpu with "
+               "--accumulator sm90: model that mode");
   app.add_flag("--force-memory", a->force_memory,
                "Run even when the estimated memory need exceeds the memory available (MemAvailable)");
   app.add_option("--reference-precision", a->reference_precision,

@@ -17,8 +17,9 @@ void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::strin
 // [reference] enabled, compare_every (>= 1), probe_draws (1 .. 1024).
 void parse_reference_cadence(Config& cfg, bool& enabled, std::int64_t& compare_every, std::int64_t& probe_draws);
 // [recipes] accumulator: how the CPU emulation accumulates the recipes' GEMMs (fp32-sequential,
-// sm90, exact; quant/gemm_emulated.hpp). sm90 with an FP8 recipe among names or edge_recipe is
-// refused here, before any trace exists (the model has no FP8 accumulation).
+// sm90, exact; quant/gemm_emulated.hpp). sm90 with an FP8 recipe that scales in blocks (fp8)
+// among names or edge_recipe is refused here, before any trace exists: sm90 models FP8 with
+// per-tensor scaling only (fp8-tensor).
 void parse_accumulator(Config& cfg, const std::vector<std::string>& names, const std::string& edge_recipe,
                        Accumulator& accumulator);
 // [trace] every (>= 1), flush_every (>= 1).

@@ -293,6 +293,21 @@ TEST_CASE("gemm --accumulator: the accumulation split at sequential FP32, exact 
       if (std::string(acc) == "exact") CHECK(o["accumulation"]["rel_frobenius"].get<double>() <= 2 * std::ldexp(1.0, -24) * (1 + std::ldexp(1.0, -24)));
     }
   }
+  SECTION("fp8-tensor under sm90: partial sums promoted to FP32, or fast accumulation's one accumulator") {
+    // K = 384: three promotion chunks. One tensor-core accumulator over all of K (fast) loses more
+    // than FP32 promotion every 128 products.
+    const std::string cmd = "gemm --role fprop --m 24 --n 40 --k 384 --recipe fp8-tensor --json --accumulator sm90";
+    const auto promoted = recipes_of(run(cmd)), fast = recipes_of(run(cmd + " --fp8-fast-accumulation"));
+    REQUIRE(promoted.size() == 1);
+    REQUIRE(fast.size() == 1);
+    for (const auto* o : {&promoted[0], &fast[0]}) {
+      CHECK((*o)["accumulator"] == "sm90");
+      CHECK((*o)["split_exact"] == true);
+      CHECK((*o)["accumulation_beyond_fp32_sequential"]["rel_frobenius"].get<double>() > 0.0);
+    }
+    CHECK(fast[0]["accumulation"]["rel_frobenius"].get<double>() >
+          promoted[0]["accumulation"]["rel_frobenius"].get<double>());
+  }
   SECTION("SR's own bias is separated from the other operand's rounding") {
     // dgrad: dY stochastically rounded, W (16x16 tiles) deterministic. An unbiased SR leaves its
     // own bias at the noise of the 64-draw mean (the estimate's expected square equals the
@@ -311,9 +326,15 @@ TEST_CASE("gemm --accumulator: the accumulation split at sequential FP32, exact 
     CHECK(r.status == 2);
     CHECK(r.err.find("fp32-sequential, sm90, exact") != std::string::npos);
     CHECK(lines(r.err) == 1);
+    // Block-scaled FP8 is not modelled under sm90 (per-tensor FP8 is: the section below).
     r = run("gemm --accumulator sm90 --recipe fp8");
     CHECK(r.status == 2);
-    CHECK(r.err.find("does not model FP8") != std::string::npos);
+    CHECK(r.err.find("sm90 models FP8 GEMMs with per-tensor scaling only (recipe fp8 ") != std::string::npos);
+    CHECK(lines(r.err) == 1);
+    r = run("gemm --recipe fp8-tensor --fp8-fast-accumulation");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--accumulator sm90") != std::string::npos);
+    CHECK(lines(r.err) == 1);
     r = run("gemm --backend cuda --accumulator exact");
     CHECK(r.status == 2);
     CHECK(r.err.find("only sm90") != std::string::npos);
@@ -532,15 +553,25 @@ TEST_CASE("run mlp: [recipes] accumulator changes the CPU emulation's GEMMs, and
   CHECK(bad.err.find("recipes.accumulator") != std::string::npos);
   CHECK(bad.err.find("fp32-sequential, sm90, exact") != std::string::npos);
   require_no_output(d.file("bad.h5"));
-  // sm90 has no FP8 model: a config that would need one is refused before any trace exists.
-  const std::string fp8 = write_text(d, "fp8.toml",
-                                     "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 3\n"
-                                     "[recipes]\nnames = [\"bf16\", \"fp8\"]\naccumulator = \"sm90\"\n");
-  const Result no_fp8 = run("run " + fp8 + " --out " + d.file("fp8.h5"));
+  // sm90 models FP8 with per-tensor scaling only: a config with the block-scaled fp8 recipe is
+  // refused before any trace exists; fp8-tensor runs.
+  const auto fp8_config = [&](const std::string& recipe) {
+    return write_text(d, recipe + ".toml",
+                      "workload = \"mlp\"\n[mlp]\nwidths = [16, 32, 8]\nbatch = 16\nsteps = 3\n"
+                      "[recipes]\nnames = [\"bf16\", \"" + recipe + "\"]\naccumulator = \"sm90\"\n");
+  };
+  const Result no_fp8 = run("run " + fp8_config("fp8") + " --out " + d.file("fp8.h5"));
   CHECK(no_fp8.status == 2);
-  CHECK(no_fp8.err.find("does not model FP8 GEMMs (recipe 'fp8')") != std::string::npos);
+  CHECK(no_fp8.err.find("recipes.accumulator") != std::string::npos);
+  CHECK(no_fp8.err.find("models FP8 GEMMs with per-tensor scaling only (recipe 'fp8' scales FP8 operands in 1x128 "
+                        "and 128x128 blocks") != std::string::npos);
   CHECK(lines(no_fp8.err) == 1);
   require_no_output(d.file("fp8.h5"));
+  const Result fp8_tensor = run("run " + fp8_config("fp8-tensor") + " --out " + d.file("fp8-tensor.h5"));
+  INFO(fp8_tensor.err);
+  CHECK(fp8_tensor.status == 0);
+  fp4d::h5::File f = fp4d::h5::File::open_read(d.file("fp8-tensor.h5"));
+  CHECK(f.root().read<double>("mlp/runs/fp8-tensor/loss").size() == 3);
 }
 
 TEST_CASE("run mlp: reference off - the same low-precision losses, no reference, no compares") {
