@@ -25,6 +25,7 @@
 #include "sim/lm_mamba.hpp"
 #include "sim/mlp_precision.hpp"
 #include "support/catch.hpp"
+#include "support/thrown.hpp"
 #include "support/printed_digits.hpp"
 
 using namespace fp4d;
@@ -875,16 +876,6 @@ TEST_CASE("lm: linear layout, parameters and high-precision layers", "[lm]") {
   CHECK(rg.recipe_name(5) == "nvfp4");
 }
 
-namespace {
-std::string invalid_argument_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST_CASE("lm: validate names the key; tiling problems are reported", "[lm]") {
   CHECK_NOTHROW(validate(LmSpec{}));
@@ -924,7 +915,7 @@ TEST_CASE("lm: validate names the key; tiling problems are reported", "[lm]") {
   for (const auto& c : cases) {
     LmSpec s;
     c.set(s);
-    const std::string msg = invalid_argument_of([&] { validate(s); });
+    const std::string msg = fp4d_test::message_of<std::invalid_argument>([&] { validate(s); });
     INFO("key " << c.key << ": message '" << msg << "'");
     CHECK(msg.rfind("lm: ", 0) == 0);
     CHECK(msg.find(c.key) != std::string::npos);
@@ -932,7 +923,7 @@ TEST_CASE("lm: validate names the key; tiling problems are reported", "[lm]") {
   {
     LmSpec s;
     s.pattern = "AFS";
-    const std::string msg = invalid_argument_of([&] { validate(s); });
+    const std::string msg = fp4d_test::message_of<std::invalid_argument>([&] { validate(s); });
     CHECK(msg.find("pattern") != std::string::npos);
     CHECK(msg.find("'S'") != std::string::npos);
   }
@@ -941,7 +932,7 @@ TEST_CASE("lm: validate names the key; tiling problems are reported", "[lm]") {
   auto tok = random_tokens(t, t.batch, 2);
   tok[7] = static_cast<std::int32_t>(t.vocab);
   auto st = init_lm_state<double>(t);
-  const std::string msg = invalid_argument_of([&] { lm_train_step<double>(t, st, tok.data(), nullptr); });
+  const std::string msg = fp4d_test::message_of<std::invalid_argument>([&] { lm_train_step<double>(t, st, tok.data(), nullptr); });
   CHECK(msg.find("sequence 1, position 1") != std::string::npos);
 
   LmSpec s;

@@ -11,6 +11,7 @@
 #include "sim/lm_run.hpp"
 #include "sim/token_source.hpp"
 #include "support/catch.hpp"
+#include "support/thrown.hpp"
 #include "support/config_error.hpp"
 #include "support/temp_dir.hpp"
 #include "support/trace_datasets.hpp"
@@ -52,17 +53,6 @@ LmRunControl control(const std::string& path, const std::string& text) {
   c.config_source = "test.toml";
   c.command_line = "test";
   return c;
-}
-
-// The message of the exception f throws ("" if none).
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::map<std::string, std::vector<double>> datasets(const std::string& path) {
@@ -163,7 +153,7 @@ TEST_CASE("lm run: stopped and resumed, the trace is the uninterrupted run's bit
   SECTION("a complete trace or another config is refused") {
     LmRunControl r = control(d.file("whole.h5"), text);
     r.resume = true;
-    CHECK(contains(message_of([&] { run_lm(spec, r); }), "is complete"));
+    CHECK(contains(fp4d_test::message_of([&] { run_lm(spec, r); }), "is complete"));
   }
 }
 
@@ -244,7 +234,7 @@ TEST_CASE("lm run: a binary128 reference is recorded, checkpointed exactly and r
     interrupt_after(spec, path, text, 1);
     LmRunControl r = control(path, base);
     r.resume = true;
-    CHECK(contains(message_of([&] { run_lm(parse(base), r); }), "config differs"));
+    CHECK(contains(fp4d_test::message_of([&] { run_lm(parse(base), r); }), "config differs"));
   }
 }
 
@@ -328,7 +318,7 @@ TEST_CASE("lm run: bad configs are refused naming the key, before any file exist
     Config cfg = Config::parse(with("pattern = \"AF\"", "pattern = \"AF\"\nwidth = 3"), "t.toml");
     (void)cfg.get_string("workload");
     (void)parse_lm_run(cfg);
-    CHECK(contains(message_of([&] { cfg.finish(); }), "lm.width"));
+    CHECK(contains(fp4d_test::message_of([&] { cfg.finish(); }), "lm.width"));
   }
   // Token files: an id >= vocab, a float dataset, a missing file - each named on data.source.
   std::vector<std::int32_t> ids(100, 3);

@@ -34,6 +34,7 @@
 #include "quant/tensor_core_gemm.hpp"
 #include "quant/tensor_core_hypotheses.hpp"
 #include "support/catch.hpp"
+#include "support/thrown.hpp"
 
 using namespace fp4d;
 
@@ -251,17 +252,6 @@ EmulatedGemmOptions sm90_fp8(bool fast) {
   return o;
 }
 
-// The message of the std::invalid_argument that f throws ("" when it throws none).
-template <class F>
-std::string invalid_argument_of(F f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("sm90 FP8: promotion to FP32 every 128 products decides a hand-worked dot product") {
@@ -364,16 +354,16 @@ TEST_CASE("accumulators that are not modelled are refused by name") {
   const QuantizedTensor tb = quantize_cpu(b, preset("fp8-e4m3-128x128").spec);
   for (const auto& pair : {std::pair{&va, &vb}, std::pair{&va, &tb}, std::pair{&fa, &vb}}) {
     const QuantizedTensor *x = pair.first, *y = pair.second;
-    const std::string what = invalid_argument_of([&] { (void)gemm_fp8_emulated(*x, *y, {Accumulator::Sm90}); });
+    const std::string what = fp4d_test::message_of<std::invalid_argument>([&] { (void)gemm_fp8_emulated(*x, *y, {Accumulator::Sm90}); });
     CHECK(what.find("accumulator sm90: FP8 operands with block scales") != std::string::npos);
     CHECK(what.find("sm90 models FP8 with per-tensor scaling only") != std::string::npos);
     CHECK_NOTHROW(gemm_fp8_emulated(*x, *y, {Accumulator::Exact}));
   }
-  CHECK(invalid_argument_of([&] { (void)gemm_fp8_emulated(va, tb, sm90_fp8(true)); }).find("block scales") !=
+  CHECK(fp4d_test::message_of<std::invalid_argument>([&] { (void)gemm_fp8_emulated(va, tb, sm90_fp8(true)); }).find("block scales") !=
         std::string::npos);
   // E5M2 x E5M2: cuBLASLt has no such GEMM to model.
   const QuantizedTensor ea = quantize_cpu(a, preset("fp8-e5m2-tensor").spec), eb = quantize_cpu(b, preset("fp8-e5m2-tensor").spec);
-  CHECK(invalid_argument_of([&] { (void)gemm_fp8_emulated(ea, eb, {Accumulator::Sm90}); }).find("E5M2 x E5M2") !=
+  CHECK(fp4d_test::message_of<std::invalid_argument>([&] { (void)gemm_fp8_emulated(ea, eb, {Accumulator::Sm90}); }).find("E5M2 x E5M2") !=
         std::string::npos);
   CHECK_NOTHROW(gemm_fp8_emulated(ea, fa, {Accumulator::Sm90}));
   const QuantizedTensor na = quantize_cpu(a, preset("nvfp4").spec);
