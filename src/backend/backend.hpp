@@ -39,6 +39,9 @@ inline constexpr const char* kBuiltWithoutCuda =
 
 struct GemmProductOptions {
   bool fp8_fast_accumulation = false;  // FP8 operands: the tensor cores' fast (less exact) accumulation
+  // A device's library may choose any algorithm, split-K included. By default the device runs
+  // only algorithms that sum each output in k order, the order the sm90 model describes.
+  bool free_algorithm = false;
 };
 
 struct TrainerOptions {

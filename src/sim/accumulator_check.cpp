@@ -180,7 +180,8 @@ std::uint64_t ulp_distance(float a, float b) {
   return static_cast<std::uint64_t>(d < 0 ? -d : d);
 }
 
-CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, const DeviceProduct& device, int keep) {
+CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, const DeviceProduct& device, int keep,
+                                 const DeviceProduct& free_choice) {
   CaseOutcome out;
   out.c = c;
   out.seed = seed;
@@ -219,7 +220,15 @@ CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, co
     if (p.error.empty() && (d.rows != c.M || d.cols != c.N))
       p.error = "the device returned " + std::to_string(d.rows) + " x " + std::to_string(d.cols) + " outputs";
     p.refused = !p.error.empty() && is_device_refusal(p.error);
-    if (p.error.empty())
+    if (p.refused && free_choice) {
+      try {
+        d = free_choice(qa, qb, fast);
+        p.free_choice = d.rows == c.M && d.cols == c.N;
+      } catch (const std::exception& e) {
+        p.error += std::string("; with the library's own choice: ") + e.what();
+      }
+    }
+    if (p.error.empty() || p.free_choice)
       for (std::size_t h = 0; h < intervals.size(); ++h)
         if (!fast || intervals[h] == 0)  // fast accumulation: no promotion, the one model
           p.hypotheses.push_back(compare(d, model[h], intervals[h], keep));
@@ -256,6 +265,10 @@ std::vector<PathTotal> model_check_totals(const std::vector<CaseOutcome>& cases)
       if (!p.error.empty()) {
         ++it->errors;
         it->refused += p.refused ? 1 : 0;
+        if (p.free_choice && !p.hypotheses.empty()) {
+          it->free_choice_inner_products += c.c.M * c.c.N;
+          it->free_choice_mismatches += p.hypotheses.front().mismatches;
+        }
         continue;
       }
       for (const HypothesisOutcome& h : p.hypotheses)

@@ -81,8 +81,11 @@ struct PathOutcome {
   std::int64_t device_k = 0;  // K the device got (K, or K padded with zero products, see run)
   std::string error;          // the device's failure; empty when it ran
   // The failure was the library declining the shape (no algorithm that sums in k order, or "not
-  // supported"): nothing to compare, reported apart from failures.
+  // supported"): reported apart from failures, never counted as agreeing.
   bool refused = false;
+  // Refused, and run again with the library's own algorithm choice (split-K allowed): the
+  // hypotheses then compare that run, outside the totals, which count k-ordered GEMMs only.
+  bool free_choice = false;
   // One per interval compared: bf16, fp16 and fast accumulation one (interval 0); FP8 without
   // fast accumulation model_check_promotion_intervals(), the model's first.
   std::vector<HypothesisOutcome> hypotheses;
@@ -100,11 +103,13 @@ struct CaseOutcome {
 };
 
 // One case: operands, the device's product on every path of the input type, the model's, the
-// comparison. Where the device refuses a K that is not a multiple of 16 (FP8 GEMMs may), the
+// comparison. free_choice (optional): the device's product with the library free to choose any
+// algorithm, run for a path whose k-ordered GEMM the library refused. Where the device refuses a K that is not a multiple of 16 (FP8 GEMMs may), the
 // operands are padded with zero products to the next multiple (every hypothesis' value is the
 // same: zero products are dropped, and an all-zero chunk adds +0) and device_k says so.
 // keep: how many mismatches to keep per hypothesis.
-CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, const DeviceProduct& device, int keep = 4);
+CaseOutcome run_model_check_case(const ModelCheckCase& c, std::uint64_t seed, const DeviceProduct& device, int keep = 4,
+                                 const DeviceProduct& free_choice = {});
 
 // Totals over cases per path and hypothesis.
 struct HypothesisTotal {
@@ -117,6 +122,9 @@ struct PathTotal {
   bool modelled = true;
   std::int64_t errors = 0;   // cases whose device GEMM failed, refusals included
   std::int64_t refused = 0;  // of those, the library declined the shape (is_device_refusal)
+  // Refused shapes run with the library's own algorithm choice: outputs compared with the model
+  // (hypotheses[0]) and how many differ.
+  std::int64_t free_choice_inner_products = 0, free_choice_mismatches = 0;
   std::vector<HypothesisTotal> hypotheses;
   // The hypothesis that decides: the model's (hypotheses[0]) where modelled, else best().
   const HypothesisTotal& verdict() const;

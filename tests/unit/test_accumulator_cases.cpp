@@ -356,6 +356,23 @@ TEST_CASE("model check: a refused K is padded with zero products; a failing devi
   }
   CHECK(model_check_totals({r}).at(0).errors == 1);
   CHECK(model_check_totals({r}).at(0).refused == 1);
+  CHECK(model_check_totals({r}).at(0).free_choice_inner_products == 0);
+  // Run again with the library's own choice: compared with the model, outside the totals.
+  const CaseOutcome f = run_model_check_case({"e4m3", "big-accumulator", 16, 16, 384}, 2, declining, 4, model_device(64));
+  REQUIRE(f.paths.size() == 2);
+  for (const PathOutcome& p : f.paths) {
+    INFO(p.path);
+    CHECK(p.refused);
+    CHECK(p.free_choice);
+    REQUIRE_FALSE(p.hypotheses.empty());
+  }
+  const PathTotal promoted = model_check_totals({f}).at(0), fast = model_check_totals({f}).at(1);
+  CHECK(promoted.refused == 1);
+  CHECK(promoted.hypotheses.front().cases == 0);  // not in the totals
+  CHECK(promoted.free_choice_inner_products == 16 * 16);
+  CHECK(promoted.free_choice_mismatches > 0);  // a device promoting every 64, not the model's 128
+  CHECK(fast.free_choice_inner_products == 16 * 16);
+  CHECK(fast.free_choice_mismatches == 0);  // fast accumulation: no promotion on either side
   CHECK(is_device_refusal("cuBLASLt has no algorithm for this GEMM (512 x 512 x 16384) that sums in k order without split-K"));
   CHECK_FALSE(is_device_refusal("cudaMalloc (C): out of memory"));
 }

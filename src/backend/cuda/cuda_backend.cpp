@@ -17,6 +17,7 @@ namespace {
 cuda::GpuGemmOptions gpu_options(const GemmProductOptions& opt) {
   cuda::GpuGemmOptions g;
   g.fp8_fast_accumulation = opt.fp8_fast_accumulation;
+  g.free_algorithm = opt.free_algorithm;
   return g;
 }
 

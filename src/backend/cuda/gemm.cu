@@ -168,7 +168,7 @@ Matrix gemm_quantized_cuda(const QuantizedTensor& A, const QuantizedTensor& B, c
   LtGemm g;
   g.M = M, g.N = N, g.K = ld, g.ld_k = ld, g.d = d_c.p, g.ta = p.ta, g.tb = p.tb;
   // A known summation order: the CPU's sm90 model is compared with these products.
-  g.k_order = true;
+  g.k_order = !opt.free_algorithm;
   float alpha = 1.0f;
   g.alpha = &alpha;
   if (p.kind == PathInfo::Fp4ViaBf16) {

@@ -34,6 +34,7 @@ namespace fp4d::cuda {
 
 struct GpuGemmOptions {
   bool fp8_fast_accumulation = false;  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM
+  bool free_algorithm = false;         // any cuBLASLt algorithm (split-K too); default: k order only
 };
 
 // C (M x N, float32) computed on the GPU. Throws std::invalid_argument for operand pairs without
