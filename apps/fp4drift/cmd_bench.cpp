@@ -295,6 +295,10 @@ int run_bench(const BenchArgs& a, const Given& given) {
   QuantSpec sr8 = preset("nvfp4-sr").spec, srhw = sr8;
   sr8.rounding.sr_bits = 8;
   srhw.rounding.sr_bits = kSrHw;
+  QuantSpec mx_sr = preset("mxfp4").spec, mx_srhw;
+  mx_sr.rounding = preset("nvfp4-sr").spec.rounding;
+  mx_srhw = mx_sr;
+  mx_srhw.rounding.sr_bits = kSrHw;
   const std::vector<Case> cases = {
       {"e2m1-loop-scalar", [&] { e2m1_loop_scalar(x.data.data(), bytes.data(), n); }, bytes_hash, false},
       {"e2m1-loop", [&] { e2m1_loop_vector(x.data.data(), bytes.data(), n); }, bytes_hash},
@@ -304,6 +308,8 @@ int run_bench(const BenchArgs& a, const Given& given) {
       {"nvfp4-1x16-srhw", quant(srhw, nvfp4_quantize_cpu), quant_hash},
       {"nvfp4-16x16-rne", quant(preset("nvfp4-2d").spec, nvfp4_quantize_cpu), quant_hash},
       {"mxfp4-1x32-rne", quant(preset("mxfp4").spec, mxfp4_quantize_cpu), quant_hash},
+      {"mxfp4-1x32-sr", quant(mx_sr, mxfp4_quantize_cpu), quant_hash},
+      {"mxfp4-1x32-srhw", quant(mx_srhw, mxfp4_quantize_cpu), quant_hash},
       {"fp8-e4m3-tensor", quant(preset("fp8-e4m3-tensor").spec, fp8_quantize_cpu), quant_hash},
       {"fp8-e4m3-1x128", quant(preset("fp8-e4m3-1x128").spec, fp8_quantize_cpu), quant_hash},
   };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "quant/block_amax.hpp"
+#include "quant/e2m1_row.hpp"
 
 namespace fp4d {
 
@@ -16,8 +17,9 @@ constexpr int kB = kMxfp4Block;
 
 // The structure is that of the NVFP4 1x16 path: one row at a time, the row's block scales in
 // a loop over blocks, the elements in fixed-size block loops that GCC vectorises (no
-// per-element dispatch: the rounding mode is a template parameter), one code per byte, then
-// the row's codes packed in one vectorised pass. Every code, scale and
+// per-element dispatch: the rounding mode is a template parameter; SR through the NVFP4 row
+// loop of quant/e2m1_row.hpp), one code per byte, then the row's codes packed in one vectorised
+// pass. Every code, scale and
 // clipped count equals the element-by-element form of the spec, x / X rounded by e2m1_round
 // with the element's stored index as its Philox counter (tests/unit/test_mxfp4_fp8_fast.cpp
 // compares them on every rounding mode, special values, partial blocks and thread counts).
@@ -37,14 +39,13 @@ __attribute__((noinline)) void block_scales_row(const float* __restrict x, std::
   }
 }
 
-// Scale, count clips and round the nblk blocks of one row into q (one code per byte).
-// Returns the clipped count: |x * 2^-e| > 6 and finite. noinline, so that the __restrict
-// qualifiers hold where the loops are vectorised (inlined into the OpenMP region the aliasing
-// information is lost).
+// Scale, count clips and round (RNE or RZ) the nblk blocks of one row into q (one code per
+// byte). Returns the clipped count: |x * 2^-e| > 6 and finite. noinline, so that the
+// __restrict qualifiers hold where the loops are vectorised (inlined into the OpenMP region the
+// aliasing information is lost).
 template <Rounding R>
 __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, const float* __restrict inv,
-                                                 std::int64_t nblk, const RoundingSpec& rs, std::uint64_t first,
-                                                 std::uint8_t* __restrict q) {
+                                                 std::int64_t nblk, std::uint8_t* __restrict q) {
   std::int64_t clipped = 0;
   for (std::int64_t b = 0; b < nblk; ++b) {
     const float* xb = x + b * kB;
@@ -57,28 +58,41 @@ __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, cons
       const std::uint32_t a = float_bits(y) & 0x7fffffffu;
       c += static_cast<int>((a > 0x40c00000u) & (a < 0x7f800000u));
       if constexpr (R == Rounding::NearestEven) qb[i] = e2m1_rne(y);
-      else if constexpr (R == Rounding::TowardZero) qb[i] = e2m1_rz(y);
-    }
-    if constexpr (R == Rounding::Stochastic) {
-      // SR through the shared per-element entry point, which draws the element's random bits
-      // (its stored index as the Philox counter) exactly as the CUDA backend does.
-      const std::uint64_t i0 = first + static_cast<std::uint64_t>(b * kB);
-      for (int i = 0; i < kB; ++i) qb[i] = e2m1_round(xb[i] * s, rs, i0 + static_cast<std::uint64_t>(i));
+      else qb[i] = e2m1_rz(y);
     }
     clipped += c;
   }
   return clipped;
 }
 
-// Two 4-bit codes per byte, element 2j in the low nibble: the code pairs read as 16-bit
-// little-endian words (a plain loop that vectorises, unlike a stride-2 byte gather).
-__attribute__((noinline)) void pack_nibbles(const std::uint8_t* __restrict q, std::int64_t n,
-                                            std::uint8_t* __restrict out) {
-  for (std::int64_t j = 0; j < n / 2; ++j) {
-    std::uint16_t pair;
-    std::memcpy(&pair, q + 2 * j, 2);
-    out[j] = static_cast<std::uint8_t>((pair & 0x0fu) | ((pair >> 4) & 0xf0u));
+// One thread's SR buffers for a row: each element's scale 2^-e, the random words (hw SR: its
+// bytes, from hw_words), exact SR's tie flags.
+struct SrScratch {
+  std::vector<float> scale;
+  std::vector<std::uint32_t> words, hw_words;
+  std::vector<std::uint8_t> tie;
+  SrScratch(std::int64_t pcols, bool hw)
+      : scale(static_cast<std::size_t>(pcols)), words(static_cast<std::size_t>(pcols)),
+        hw_words(hw ? static_cast<std::size_t>(pcols / 4) : 0), tie(static_cast<std::size_t>(pcols)) {}
+};
+
+// SR of one row through the NVFP4 row loop (quant/e2m1_row.hpp): the row's random words drawn
+// 8 Philox blocks at a time, the rounding branch-free, each element's draw the one
+// e2m1_round takes from its stored index, as the CUDA backend's.
+std::int64_t round_row_sr(const float* x, const float* inv, std::int64_t pcols, const RoundingSpec& rs,
+                          std::uint64_t first, SrScratch& w, std::uint8_t* q) {
+  for (std::int64_t k = 0; k < pcols; ++k) w.scale[static_cast<std::size_t>(k)] = inv[k / kB];
+  if (rs.sr_bits == kSrHw) {
+    e2m1_row::philox_hw_bytes(rs.rng, first, pcols, w.hw_words.data(), w.words.data());
+    return e2m1_row::round_row<Rounding::Stochastic, e2m1_row::SrKind::Hw>(x, w.scale.data(), pcols, rs, first,
+                                                                         w.words.data(), q, w.tie.data());
   }
+  e2m1_row::philox_words(rs.rng, first, pcols, w.words.data());
+  if (rs.sr_bits == kSrExact)
+    return e2m1_row::round_row<Rounding::Stochastic, e2m1_row::SrKind::Exact>(x, w.scale.data(), pcols, rs, first,
+                                                                            w.words.data(), q, w.tie.data());
+  return e2m1_row::round_row<Rounding::Stochastic>(x, w.scale.data(), pcols, rs, first, w.words.data(), q,
+                                                   w.tie.data());
 }
 
 void dequantize_row(const std::uint8_t* q, const float* sv, std::int64_t cols, float* out) {
@@ -96,6 +110,7 @@ std::int64_t quantize_rows(const Matrix& x, const QuantSpec& spec, QuantizedTens
     std::vector<float> padded(cols != pcols ? static_cast<std::size_t>(pcols) : 0, 0.0f);
     std::vector<float> inv(static_cast<std::size_t>(nblk));
     std::vector<std::uint8_t> q(static_cast<std::size_t>(pcols));
+    SrScratch sr(R == Rounding::Stochastic ? pcols : 0, spec.rounding.sr_bits == kSrHw);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xr = x.data.data() + r * cols;
@@ -111,8 +126,11 @@ std::int64_t quantize_rows(const Matrix& x, const QuantSpec& spec, QuantizedTens
         case MxScaleRule::Rceil: block_scales_row<MxScaleRule::Rceil>(xr, nblk, sc, sv, inv.data()); break;
       }
       std::uint8_t* cr = out.codes.data() + r * (pcols / 2);
-      clipped += round_row<R>(xr, inv.data(), nblk, spec.rounding, static_cast<std::uint64_t>(r * pcols), q.data());
-      pack_nibbles(q.data(), pcols, cr);
+      if constexpr (R == Rounding::Stochastic)
+        clipped += round_row_sr(xr, inv.data(), pcols, spec.rounding, static_cast<std::uint64_t>(r * pcols), sr, q.data());
+      else
+        clipped += round_row<R>(xr, inv.data(), nblk, q.data());
+      e2m1_row::pack_nibbles(q.data(), pcols, cr);
       if (dequantize) dequantize_row(q.data(), sv, cols, out.dequantized.data.data() + r * cols);
     }
   }

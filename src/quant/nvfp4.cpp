@@ -5,13 +5,11 @@
 
 #include <cmath>
 #include <cstring>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #include <vector>
 
 #include "quant/block_amax.hpp"
+#include "quant/e2m1_row.hpp"
 
 namespace fp4d {
 
@@ -48,201 +46,11 @@ float amax_cpu(const Matrix& x) {
 
 namespace {
 
-#if defined(__AVX2__)
-// Philox4x32-10 on 8 counters at once, one AVX2 register per counter word (structure of
-// arrays). The 32x32 -> 64-bit products come from vpmuludq on the even and the odd lanes;
-// every step is the scalar philox4x32_10's, so the words are the same (tested against the
-// reference quantizer, which calls the scalar function).
-struct Philox8 {
-  __m256i c0, c1, c2, c3;
-};
-inline void mulhilo8(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
-  const __m256i even = _mm256_mul_epu32(a, m);                          // lanes 0, 2, 4, 6
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);    // lanes 1, 3, 5, 7
-  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xaa);
-  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
-}
-inline Philox8 philox8(Philox8 c, std::uint32_t k0, std::uint32_t k1) {
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(detail::kPhiloxM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(detail::kPhiloxM1));
-  for (int round = 0; round < 10; ++round) {
-    __m256i hi0, lo0, hi1, lo1;
-    mulhilo8(c.c0, m0, &hi0, &lo0);
-    mulhilo8(c.c2, m1, &hi1, &lo1);
-    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0)), key1 = _mm256_set1_epi32(static_cast<int>(k1));
-    c = Philox8{_mm256_xor_si256(_mm256_xor_si256(hi1, c.c1), key0), lo1,
-                _mm256_xor_si256(_mm256_xor_si256(hi0, c.c3), key1), lo0};
-    k0 += detail::kPhiloxW0;
-    k1 += detail::kPhiloxW1;
-  }
-  return c;
-}
-#endif
-
-// The words of Philox blocks b0 .. b0 + nblocks - 1 of stream s in order (block j's 4 words at
-// w[4j ..]), with hi_bits ORed into counter word 1 (0: the primary layout, as philox_block;
-// kHwCounterBit: hw SR's, as philox_hw_block). With AVX2, 8 blocks at a time; the scalar loop
-// does the rest.
-__attribute__((noinline)) void philox_block_words(RngStream s, std::uint64_t b0, std::int64_t nblocks,
-                                                  std::uint32_t hi_bits, std::uint32_t* w) {
-  const std::uint32_t k0 = static_cast<std::uint32_t>(s.seed), k1 = static_cast<std::uint32_t>(s.seed >> 32);
-  const std::uint32_t s0 = static_cast<std::uint32_t>(s.stream), s1 = static_cast<std::uint32_t>(s.stream >> 32);
-  std::int64_t j = 0;
-#if defined(__AVX2__)
-  for (; j + 8 <= nblocks; j += 8) {
-    const std::uint64_t b = b0 + static_cast<std::uint64_t>(j);
-    // Counter low words b + 0..7 (with the carry into the high word where they wrap).
-    alignas(32) std::uint32_t lo[8], hi[8];
-    for (int l = 0; l < 8; ++l) {
-      lo[l] = static_cast<std::uint32_t>(b + static_cast<std::uint64_t>(l));
-      hi[l] = static_cast<std::uint32_t>((b + static_cast<std::uint64_t>(l)) >> 32) | hi_bits;
-    }
-    const Philox8 r = philox8(Philox8{_mm256_load_si256(reinterpret_cast<const __m256i*>(lo)),
-                                      _mm256_load_si256(reinterpret_cast<const __m256i*>(hi)),
-                                      _mm256_set1_epi32(static_cast<int>(s0)), _mm256_set1_epi32(static_cast<int>(s1))},
-                              k0, k1);
-    // Structure of arrays -> words in element order: block l's 4 words at w[4(j + l) ...].
-    const __m256i t0 = _mm256_unpacklo_epi32(r.c0, r.c1), t1 = _mm256_unpackhi_epi32(r.c0, r.c1);
-    const __m256i t2 = _mm256_unpacklo_epi32(r.c2, r.c3), t3 = _mm256_unpackhi_epi32(r.c2, r.c3);
-    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-    // u0 = blocks 0 | 4, u1 = 1 | 5, u2 = 2 | 6, u3 = 3 | 7 (128-bit halves)
-    auto* out = reinterpret_cast<__m256i*>(w + 4 * j);
-    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(u0, u1, 0x20));
-    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
-    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
-    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
-  }
-#endif
-  for (; j < nblocks; ++j) {
-    const std::uint64_t b = b0 + static_cast<std::uint64_t>(j);
-    const Philox4x32 r = philox4x32_10(
-        Philox4x32{{static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32) | hi_bits, s0, s1}}, k0, k1);
-    for (int i = 0; i < 4; ++i) w[4 * j + i] = r.v[i];
-  }
-}
-
-// Random words for elements [first, first + n) of one row (first and n multiples of 4):
-// word i of the row is word (i % 4) of philox_block(s, (first + i) / 4), as philox_word
-// defines it.
-void philox_words(RngStream s, std::uint64_t first, std::int64_t n, std::uint32_t* w) {
-  philox_block_words(s, first >> 2, n / 4, 0u, w);
-}
-
-// hw SR's random bytes for elements [first, first + n) of one row (first and n multiples of
-// 16), one per element in w[0 .. n) as philox_hw_byte defines them: the words of philox_hw_block
-// (first / 16 ..) into words[0 .. n / 4), then each word's four bytes to its four elements
-// (element 4q + t takes the byte at hw_byte_shift(t) of word q).
-__attribute__((noinline)) void philox_hw_bytes(RngStream s, std::uint64_t first, std::int64_t n,
-                                               std::uint32_t* __restrict words, std::uint32_t* __restrict w) {
-  philox_block_words(s, first >> 4, n / 16, kHwCounterBit, words);
-  for (std::int64_t q = 0; q < n / 4; ++q) {
-    const std::uint32_t x = words[q];
-    w[4 * q + 0] = x & 0xffu;
-    w[4 * q + 1] = (x >> 16) & 0xffu;
-    w[4 * q + 2] = (x >> 8) & 0xffu;
-    w[4 * q + 3] = x >> 24;
-  }
-}
-
-// floor(f * 2^32) for f in [0, 1) from the bits of f, and whether f * 2^32 has a fractional
-// part: f = m * 2^E / 2^32 with m the 24-bit significand, so floor(f * 2^32) = m << E or
-// m >> -E. Integer shifts only (per-lane variable shifts vectorise); equal to
-// sr_fraction_floor32 (tested through the quantizers' reference comparison).
-inline std::uint32_t sr_floor32_bits(float f, std::uint32_t* has_remainder) {
-  const std::uint32_t fb = float_bits(f);
-  const std::uint32_t ef = fb >> 23;  // f >= 0, < 1: biased exponent <= 126
-  const std::uint32_t normal = ef != 0;
-  const std::uint32_t m = (fb & 0x7fffffu) | (normal << 23);
-  const std::int32_t e = static_cast<std::int32_t>(ef + (normal ^ 1u)) - 118;  // f * 2^32 = m * 2^e, e <= 8
-  const std::uint32_t left = static_cast<std::uint32_t>(std::max(e, 0));
-  const std::uint32_t right = static_cast<std::uint32_t>(std::min(std::max(-e, 0), 31));  // m < 2^24: >> 31 is 0
-  *has_remainder = (m & ((1u << right) - 1u)) != 0;
-  return (m << left) >> right;
-}
-
-// Which SR decision a row loop makes (rounding.hpp): k-bit, exact, or hw's carry form.
-enum class SrKind { Bits, Exact, Hw };
-
-// Branch-free form of e2m1_sr, decided by the element's primary word w (hw: its random byte)
-// alone, so that the loop over a row vectorises. It returns exactly what e2m1_sr returns,
-// except where exact SR's first 32 bits tie (w == floor(f * 2^32) and f * 2^32 is not an
-// integer): then *tie is set and the caller asks the reference function. y0 is the scaled
-// value before the clamp: |y0| is clamped to 6 on the integer bits (NaN and Inf bits compare
-// above 6 and give 6, code 7), and the sign is combined with a mask - no selects, no control
-// flow.
-template <SrKind K>
-inline std::uint8_t e2m1_sr_fast(float y0, std::uint32_t w, int drop, std::uint8_t* tie) {
-  const std::uint32_t u = float_bits(y0);
-  const float a = bits_float(std::min(u & 0x7fffffffu, 0x40c00000u));  // min(|y0|, 6)
-  // Binade index 0 below 2, 1 in [2, 4), 2 from 4: offset o = 0, 2, 4, step 1/m = 0.5, 1, 2
-  // and first code 0, 4, 6. Computed arithmetically, not with selects, which GCC would turn
-  // back into branches.
-  const std::uint32_t i2 = a >= 2.0f, i4 = a >= 4.0f;
-  const float o = static_cast<float>(2u * (i2 + i4));
-  const float m = bits_float((128u - i2 - i4) << 23);
-  const float t = (a - o) * m;                          // position in grid steps, exact
-  const std::int32_t c = static_cast<std::int32_t>(t);  // floor (t >= 0)
-  const float f = t - static_cast<float>(c);            // fraction, exact
-  const std::uint32_t base = 4u * i2 + 2u * i4;
-  std::uint32_t has_remainder;
-  const std::uint32_t f32 = sr_floor32_bits(f, &has_remainder);
-  std::uint32_t up;
-  if constexpr (K == SrKind::Exact) {
-    up = w < f32;
-    *tie = static_cast<std::uint8_t>((w == f32) & has_remainder);
-  } else if constexpr (K == SrKind::Hw) {
-    (void)drop;
-    (void)has_remainder;
-    up = (w + (f32 >> 24)) >> 8;  // the carry of r + floor(f * 2^8): sr_hw_round_up
-  } else {
-    (void)has_remainder;
-    up = (w >> drop) < (f32 >> drop);  // r < floor(f * 2^k)
-  }
-  const std::uint32_t count = static_cast<std::uint32_t>(c) + base + up;  // a == 6: t = 1, count 7
-  const std::uint32_t not_nan = (u & 0x7fffffffu) <= 0x7f800000u;         // NaN: count is 7, no sign
-  return static_cast<std::uint8_t>(count | (((u >> 31) & not_nan) << 3));
-}
-
-// Scale, clamp and round n elements (a row padded to whole blocks); e holds each element's
-// block encode scale. Returns the number of clipped elements. Flat loops over elements, so
-// the RNE/RZ cases are branch-free and vectorise; SR uses the row's random words w. Every
-// code equals the reference e2m1_round(clamp(x * e_b), rs, index) (tested).
-// noinline: vectorised as a function of its own, where the __restrict qualifiers hold
-// (inlined into the OpenMP region the aliasing information is lost).
-template <Rounding R, SrKind K = SrKind::Bits>
-__attribute__((noinline)) std::int64_t round_row(const float* __restrict x, const float* __restrict e, std::int64_t n, const RoundingSpec& rs,
-                       std::uint64_t first_index, const std::uint32_t* __restrict w, std::uint8_t* __restrict q,
-                       std::uint8_t* __restrict tie) {
-  std::int64_t clipped = 0;
-  const int drop = K == SrKind::Bits ? 32 - rs.sr_bits : 0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float y0 = x[k] * e[k];
-    clipped += (abs_f32(y0) > kE2M1Max) & (abs_f32(y0) <= kFltMax);  // as clamp_e2m1_range
-    if constexpr (R == Rounding::Stochastic) {
-      q[k] = e2m1_sr_fast<K>(y0, w[k], drop, &tie[k]);  // clamps itself
-    } else {
-      const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
-      q[k] = R == Rounding::NearestEven ? e2m1_rne(y) : e2m1_rz(y);
-    }
-  }
-  if constexpr (R == Rounding::Stochastic) {
-    // Exact SR's ties (first 32 bits equal to floor(f * 2^32), probability 2^-32 per element):
-    // the reference function draws the extension bits.
-    if constexpr (K == SrKind::Exact) {
-      std::uint8_t any = 0;
-      for (std::int64_t k = 0; k < n; ++k) any |= tie[k];
-      if (any)
-        for (std::int64_t k = 0; k < n; ++k)
-          if (tie[k]) {
-            const float y0 = x[k] * e[k];
-            const float y = y0 > kE2M1Max ? kE2M1Max : (y0 < -kE2M1Max ? -kE2M1Max : y0);
-            q[k] = e2m1_sr(y, w[k], rs.sr_bits, rs.rng, first_index + static_cast<std::uint64_t>(k));
-          }
-    }
-  }
-  return clipped;
-}
+using e2m1_row::pack_nibbles;
+using e2m1_row::philox_hw_bytes;
+using e2m1_row::philox_words;
+using e2m1_row::round_row;
+using e2m1_row::SrKind;
 
 // Steps 3-4 of the spec for the nblk blocks of one row, as separate loops over blocks so
 // that each vectorises: block amax keys, scale codes and values, encode scales, then each
@@ -279,15 +87,6 @@ std::int64_t zero_scale_clipped(const float* x, const float* e, const std::uint8
   return n;
 }
 
-// Two 4-bit codes per byte, element 2j in the low nibble: read the code pairs as 16-bit
-// little-endian words (a plain loop that vectorises, unlike a stride-2 byte gather).
-__attribute__((noinline)) void pack_nibbles(const std::uint8_t* __restrict q, std::int64_t n, std::uint8_t* __restrict out) {
-  for (std::int64_t j = 0; j < n / 2; ++j) {
-    std::uint16_t pair;
-    std::memcpy(&pair, q + 2 * j, 2);
-    out[j] = static_cast<std::uint8_t>((pair & 0x0fu) | ((pair >> 4) & 0xf0u));
-  }
-}
 
 // One thread's buffers for rows of a tensor: the zero-padded row, per-element encode scales,
 // codes, exact-SR tie flags, per-block keys and scales, and the row's random words.

@@ -256,7 +256,7 @@ std::vector<PathTotal> model_check_totals(const std::vector<CaseOutcome>& cases)
     for (const PathOutcome& p : c.paths) {
       auto it = std::find_if(totals.begin(), totals.end(), [&](const PathTotal& t) { return t.path == p.path; });
       if (it == totals.end()) {
-        totals.push_back({p.path, p.modelled, 0, 0, {}});
+        totals.push_back({p.path, p.modelled, 0, 0, 0, 0, {}});
         it = totals.end() - 1;
         const bool promoted = is_fp8(p.path) && !p.fast_accumulation;
         const std::vector<std::int64_t> ivs = promoted ? model_check_promotion_intervals() : std::vector<std::int64_t>{0};
