@@ -37,6 +37,8 @@ std::string trace_status(const std::string& trace) {
     return f.root().get_attr_string("status");
   } catch (const h5::Error&) {
     return "unreadable";
+  } catch (const h5::FileInUse&) {
+    return "in use";  // held by another process: its run decides, when it is resumed, what it is
   }
 }
 

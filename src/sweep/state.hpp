@@ -37,7 +37,7 @@ struct RunPaths {
 };
 
 // The trace's root attribute `status` ("" when there is no trace under its final name;
-// "unreadable" when it cannot be opened).
+// "unreadable" when it cannot be opened, "in use" when another process holds it open).
 std::string trace_status(const std::string& trace);
 
 enum class Action { Skip, Resume, Fresh };

@@ -5,13 +5,16 @@
 #include <hdf5_hl.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "util/checked_size.hpp"
 
@@ -1092,6 +1095,16 @@ void set_swmr_format(hid_t fapl, const std::string& what) {
 // through this file-access property, which the library registers but does not declare.
 constexpr const char* kClearStatusFlags = "clear_status_flags";
 
+// Whether another process holds a flock on path that conflicts with opening it for writing
+// (any lock) or for reading (an exclusive one), as HDF5's own file locking would find.
+bool locked_by_another(const std::string& path, bool rw) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = ::flock(fd, (rw ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases the probe's own lock, if it got one
+  return busy;
+}
+
 unsigned superblock_version(hid_t file, const std::string& what) {
   H5F_info2_t info;
   if (H5Fget_info2(file, &info) < 0) fail_h5(what);
@@ -1131,6 +1144,20 @@ File File::open_(const std::string& path, bool rw, bool clear_stale_writer, bool
   }
   if (!lock && H5Pset_file_locking(fapl.get(), false, true) < 0) fail_h5(msg + " (file locking)");
   Handle f(H5Fopen(path.c_str(), rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
+  // HDF5 takes a flock on the file (exclusive to write, shared to read) and fails the open when
+  // another process holds a conflicting one. A reader opening the file holds it for an instant:
+  // wait up to about two seconds for such a lock to pass; a lock held longer is another
+  // process's open file, which is not damage and must not be treated as such.
+  for (int attempt = 0; lock && !f.valid() && attempt < 20 && locked_by_another(path, rw); ++attempt) {
+    H5Eclear2(H5E_DEFAULT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    f = Handle(H5Fopen(path.c_str(), rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
+  }
+  if (!f.valid() && lock && locked_by_another(path, rw)) {
+    H5Eclear2(H5E_DEFAULT);
+    throw FileInUse(msg + ": another process has it open (an HDF5 reader such as h5py or HDFView, or a run still "
+                    "writing it); close it there and try again - nothing was changed");
+  }
   if (!f.valid()) fail_h5(msg);
   // Opened in the earliest format, a 1.10 file would get older object versions for what is
   // added to it, and could not start SWMR writing.

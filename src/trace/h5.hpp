@@ -60,6 +60,15 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A file could not be opened because another process holds HDF5's lock on it (a reader, or a
+// writer such as a run still going), after waiting briefly for a lock that is only being
+// passed. Not an Error: the file is fine, and nothing was changed; try again once the other
+// process lets go.
+class FileInUse : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A write failed because the file system is full (ENOSPC). Not an Error: the input was fine,
 // and what was written before the last durable point (File::sync) is intact.
 class DiskFull : public std::runtime_error {

@@ -36,6 +36,8 @@ bool run_trace_is_complete(const std::string& path) {
     return h5::File::open_read(path).root().get_attr_string("status") == "complete";
   } catch (const h5::Error&) {
     return false;
+  } catch (const h5::FileInUse&) {
+    return false;  // a run still writing it; opening it to resume will say so
   }
 }
 

@@ -224,3 +224,42 @@ def test_a_run_killed_in_swmr_mode_resumes_from_its_trace(reference, tmp_path: P
         rebuilt = "rebuilt_at_step" in f.attrs
     assert rebuilt == ("rebuilt it from its journal" in r.stderr), r.stderr
     _same_trace(ref, out)
+
+
+def test_a_trace_another_process_holds_is_not_taken_for_damage(reference, tmp_path: Path) -> None:
+    """A resume that finds HDF5's lock held by another process (a reader left open) waits a moment,
+    then refuses, saying why and changing nothing; once the lock is let go it continues. Before,
+    the failed open read as a torn trace and the resume rebuilt it from the journal under the
+    reader's feet."""
+    import fcntl
+    import hashlib
+    import threading
+
+    cfg, ref = reference
+    out = tmp_path / "held.h5"
+    p = _start(cfg, out)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate()
+    before = hashlib.sha256(out.read_bytes()).hexdigest()
+    fd = os.open(out, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # what an HDF5 reader holds while the file is open
+    try:
+        r = subprocess.run([EXE, "run", str(cfg), "--out", str(out), "--resume"], capture_output=True, text=True)
+        assert r.returncode != 0
+        assert "another process has it open" in r.stderr and "nothing was changed" in r.stderr, r.stderr
+        assert "rebuilt" not in r.stderr, r.stderr
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == before
+        assert not list(tmp_path.glob("held.h5.partial"))
+        # A lock let go within the wait: the resume goes on and finishes the same run.
+        threading.Timer(0.5, os.close, args=(fd,)).start()
+        fd = -1
+        r = subprocess.run([EXE, "run", str(cfg), "--out", str(out), "--resume"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    with h5py.File(out, "r") as f:
+        assert f.attrs["status"] == "complete"
+        rebuilt = "rebuilt_at_step" in f.attrs
+    assert rebuilt == ("rebuilt it from its journal" in r.stderr), r.stderr
+    _same_trace(ref, out)

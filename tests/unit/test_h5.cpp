@@ -8,16 +8,19 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/catch.hpp"
@@ -865,4 +868,33 @@ TEST_CASE("h5: dimension scales name the axes (netCDF style) and survive appendi
   CHECK(std::string(name) == "step");
   H5Dclose(step);
   H5Dclose(layer);
+}
+
+TEST_CASE("h5: a file another open file description holds HDF5's lock on is in use, not an error") {
+  // HDF5 locks with flock(): exclusive to write, shared to read. A lock held past the short wait
+  // is FileInUse (the file is fine, nothing changed); one let go during the wait is waited for.
+  TempDir tmp;
+  const std::string path = tmp.file("held.h5");
+  h5::File::create(path).root().set_attr("status", std::string("running"));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_SH) == 0);  // a reader
+  CHECK(h5::File::open_read(path).root().get_attr_string("status") == "running");  // readers share
+  std::string what;
+  try {
+    (void)h5::File::open_rw(path, h5::StaleWriter::Refuse);
+  } catch (const h5::FileInUse& e) {
+    what = e.what();
+  }
+  CHECK(what.find("another process has it open") != std::string::npos);
+  CHECK(what.find("nothing was changed") != std::string::npos);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);  // a writer: reading is refused too
+  CHECK_THROWS_AS(h5::File::open_read(path), h5::FileInUse);
+  std::thread release([fd] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::close(fd);
+  });
+  h5::File f = h5::File::open_rw(path, h5::StaleWriter::Refuse);  // waits for the release
+  release.join();
+  CHECK(f.root().get_attr_string("status") == "running");
 }
