@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trace/device_identity.hpp"
 #include "trace/dims.hpp"
 
 namespace fp4d {
@@ -15,6 +16,9 @@ SumDotTrace::SumDotTrace(const std::string& path, const std::string& command_lin
   root.set_attr("workload", std::string(run.dot ? "dot" : "sum"));
   root.set_attr("config", config_text);
   root.set_attr("config_source", config_source);
+  // sum and dot run on the CPU only (cmd_run refuses a device): their device attributes say so,
+  // as an mlp or lm run's on the CPU do, so that every run trace and the sweep index name one.
+  write_device_attributes(root, DeviceIdentity{});
 }
 
 void SumDotTrace::write(const SumDotRun& run, const SumDotResult& r) {

@@ -45,3 +45,19 @@ def test_cpu_sweep_index_records_no_gpu(tmp_path: Path) -> None:
     assert list(s.summary["cuda_visible_devices"]) == ["", "", ""]
     for rid in s.ids:
         assert 'cuda_visible_devices = ""' in (tmp_path / "out" / "runs" / rid / "result.toml").read_text()
+
+
+def test_sum_and_dot_traces_name_the_cpu(tmp_path: Path) -> None:
+    # sum and dot run on the CPU only; their traces carry the same device attributes as an mlp
+    # run on the CPU, so that every run trace names its device.
+    import h5py
+
+    for cfg in ("sum-fp16-rn.toml", "dot-e4m3-sr8.toml"):
+        out = tmp_path / cfg.replace(".toml", ".h5")
+        p = subprocess.run([EXE, "run", str(ROOT / "data/configs" / cfg), "--out", str(out)], capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        with h5py.File(out, "r") as f:
+            assert f.attrs["device"] == "cpu", cfg
+            assert f.attrs["devices_used"] == "cpu", cfg
+            assert "device_uuid" not in f.attrs
