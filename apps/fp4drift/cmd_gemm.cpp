@@ -177,20 +177,22 @@ void refuse_unapplied_options(const GemmArgs& a, const Given& given, const std::
         throw UsageError(std::string(option) + " is not a parameter of --generate " + a.generate);
   }
   bool sr = false, fp8 = false;
-  std::string fp8_blocked;  // an FP8 recipe whose operands have block scales
+  std::string fp8_blocked, blocked_layouts;  // an FP8 recipe whose operands have block scales, and those
   for (const std::string& nm : names) {
     const GemmRecipe g = gemm_recipe(nm);
     sr = sr || (g.kind == GemmRecipe::Kind::Nvfp4 && g.sr_gradients);
     fp8 = fp8 || g.kind == GemmRecipe::Kind::Fp8;
-    for (const OperandKind kind : {OperandKind::Activation, OperandKind::Weight, OperandKind::Gradient})
-      if (fp8_blocked.empty() && g.kind == GemmRecipe::Kind::Fp8 && !gemm_operand_spec(g, kind, false, 0, 0).per_tensor())
-        fp8_blocked = nm;
+    if (fp8_blocked.empty()) {
+      blocked_layouts = fp8_block_layouts(g);
+      if (!blocked_layouts.empty()) fp8_blocked = nm;
+    }
   }
   if (!sr && a.draws != 1) throw UsageError("--sr-draws applies only to stochastic rounding, which no recipe here uses");
   if (!fp8 && a.fp8_fast_accumulation) throw UsageError("--fp8-fast-accumulation: no FP8 recipe in --recipe");
   if (!fp8_blocked.empty() && a.accumulator == "sm90")
     throw UsageError("--accumulator sm90 models FP8 GEMMs with per-tensor scaling only (recipe " + fp8_blocked +
-                     " scales FP8 in blocks, and cuBLASLt's per-block scale application on sm90 is not measured)");
+                     " scales FP8 operands in " + blocked_layouts +
+                     " blocks, and cuBLASLt's per-block scale application on sm90 is not measured)");
   if (a.save_tensors && a.out.empty()) throw UsageError("--save-tensors writes into --out FILE, and none is given");
 }
 

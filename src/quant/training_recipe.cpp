@@ -140,4 +140,17 @@ std::uint64_t recipe_step_seed(std::uint64_t seed, std::int64_t step) {
   return mix(seed ^ mix(static_cast<std::uint64_t>(step)));
 }
 
+std::string fp8_block_layouts(const GemmRecipe& g) {
+  std::string layouts;
+  for (const OperandKind kind : {OperandKind::Activation, OperandKind::Weight, OperandKind::Gradient})
+    for (const bool wgrad : {false, true}) {
+      const QuantSpec s = gemm_operand_spec(g, kind, wgrad, 0, 0);
+      const std::string l = layout_string(s);
+      if (s.scheme == Scheme::Fp8 && !s.per_tensor() && layouts.find(l) == std::string::npos)
+        layouts += (layouts.empty() ? "" : " and ") + l;
+    }
+  return layouts;
+}
+
+
 }  // namespace fp4d

@@ -52,6 +52,11 @@ const std::vector<GemmRecipe>& gemm_recipes();
 // the SR seed and stream.
 enum class OperandKind { Activation, Weight, Gradient };
 QuantSpec gemm_operand_spec(const GemmRecipe& g, OperandKind kind, bool wgrad, std::uint64_t seed, std::uint64_t stream);
+
+// The block layouts of g's FP8 operands over every operand kind and GEMM role ("1x128 and
+// 128x128"); empty when no FP8 operand of g has block scales (the sm90 accumulator models FP8
+// with per-tensor scaling only).
+std::string fp8_block_layouts(const GemmRecipe& g);
 GemmRecipe gemm_recipe(const std::string& name);
 std::vector<std::string> expand_gemm_recipe_names(const std::vector<std::string>& names);
 

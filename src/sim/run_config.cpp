@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "quant/spec.hpp"
 #include "quant/training_recipe.hpp"
 
 namespace fp4d {
@@ -20,24 +19,6 @@ void parse_recipe_names(Config& cfg, std::vector<std::string>& names, std::strin
     cfg.require(false, "recipes.edge_recipe", e.what());
   }
 }
-
-namespace {
-
-// The block layouts of a recipe's FP8 operands over every operand kind and GEMM role ("1x128 and
-// 128x128"); empty when every FP8 operand is scaled per tensor.
-std::string fp8_block_layouts(const GemmRecipe& g) {
-  std::string layouts;
-  for (const OperandKind kind : {OperandKind::Activation, OperandKind::Weight, OperandKind::Gradient})
-    for (const bool wgrad : {false, true}) {
-      const QuantSpec s = gemm_operand_spec(g, kind, wgrad, 0, 0);
-      const std::string l = layout_string(s);
-      if (s.scheme == Scheme::Fp8 && !s.per_tensor() && layouts.find(l) == std::string::npos)
-        layouts += (layouts.empty() ? "" : " and ") + l;
-    }
-  return layouts;
-}
-
-}  // namespace
 
 void parse_accumulator(Config& cfg, const std::vector<std::string>& names, const std::string& edge_recipe,
                        Accumulator& accumulator) {
