@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "quant/matrix.hpp"
 #include "support/catch.hpp"
+#include "support/thrown.hpp"
 #include "trace/h5.hpp"
 #include "util/memory.hpp"
 
@@ -24,12 +26,7 @@ constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 // The message of the SizeError f throws ("" when it throws none).
 template <class F>
 std::string size_error(F&& f) {
-  try {
-    f();
-  } catch (const SizeError& e) {
-    return e.what();
-  }
-  return "";
+  return fp4d_test::message_of<SizeError>(std::forward<F>(f));
 }
 
 }  // namespace
