@@ -1143,7 +1143,8 @@ File File::open_(const std::string& path, bool rw, bool clear_stale_writer, bool
     H5Eclear2(H5E_DEFAULT);  // a library without the property opens as with Refuse
   }
   if (!lock && H5Pset_file_locking(fapl.get(), false, true) < 0) fail_h5(msg + " (file locking)");
-  Handle f(H5Fopen(path.c_str(), rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
+  const unsigned mode = rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY;
+  Handle f(H5Fopen(path.c_str(), mode, fapl.get()));
   // HDF5 takes a flock on the file (exclusive to write, shared to read) and fails the open when
   // another process holds a conflicting one. A reader opening the file holds it for an instant:
   // wait up to about two seconds for such a lock to pass; a lock held longer is another
@@ -1151,7 +1152,7 @@ File File::open_(const std::string& path, bool rw, bool clear_stale_writer, bool
   for (int attempt = 0; lock && !f.valid() && attempt < 20 && locked_by_another(path, rw); ++attempt) {
     H5Eclear2(H5E_DEFAULT);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    f = Handle(H5Fopen(path.c_str(), rw ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get()));
+    f = Handle(H5Fopen(path.c_str(), mode, fapl.get()));
   }
   if (!f.valid() && lock && locked_by_another(path, rw)) {
     H5Eclear2(H5E_DEFAULT);
