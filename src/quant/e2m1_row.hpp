@@ -129,4 +129,22 @@ __attribute__((noinline)) std::int64_t round_row(const float* __restrict x, cons
   return clipped;
 }
 
+// round_row with its random words drawn: for SR the row's words (hw SR: its bytes, through
+// hw_words) into words, and the SR decision rs asks for; RNE and RZ draw nothing. words holds n
+// entries and hw_words n / 4 (hw SR only); first: the row's first stored index.
+template <Rounding R>
+std::int64_t draw_and_round_row(const float* x, const float* e, std::int64_t n, const RoundingSpec& rs,
+                                std::uint64_t first, std::uint32_t* words, std::uint32_t* hw_words, std::uint8_t* q,
+                                std::uint8_t* tie) {
+  if constexpr (R == Rounding::Stochastic) {
+    if (rs.sr_bits == kSrHw) {
+      philox_hw_bytes(rs.rng, first, n, hw_words, words);
+      return round_row<R, SrKind::Hw>(x, e, n, rs, first, words, q, tie);
+    }
+    philox_words(rs.rng, first, n, words);
+    if (rs.sr_bits == kSrExact) return round_row<R, SrKind::Exact>(x, e, n, rs, first, words, q, tie);
+  }
+  return round_row<R>(x, e, n, rs, first, words, q, tie);
+}
+
 }  // namespace fp4d::e2m1_row

@@ -82,17 +82,8 @@ struct SrScratch {
 std::int64_t round_row_sr(const float* x, const float* inv, std::int64_t pcols, const RoundingSpec& rs,
                           std::uint64_t first, SrScratch& w, std::uint8_t* q) {
   for (std::int64_t k = 0; k < pcols; ++k) w.scale[static_cast<std::size_t>(k)] = inv[k / kB];
-  if (rs.sr_bits == kSrHw) {
-    e2m1_row::philox_hw_bytes(rs.rng, first, pcols, w.hw_words.data(), w.words.data());
-    return e2m1_row::round_row<Rounding::Stochastic, e2m1_row::SrKind::Hw>(x, w.scale.data(), pcols, rs, first,
-                                                                         w.words.data(), q, w.tie.data());
-  }
-  e2m1_row::philox_words(rs.rng, first, pcols, w.words.data());
-  if (rs.sr_bits == kSrExact)
-    return e2m1_row::round_row<Rounding::Stochastic, e2m1_row::SrKind::Exact>(x, w.scale.data(), pcols, rs, first,
-                                                                            w.words.data(), q, w.tie.data());
-  return e2m1_row::round_row<Rounding::Stochastic>(x, w.scale.data(), pcols, rs, first, w.words.data(), q,
-                                                   w.tie.data());
+  return e2m1_row::draw_and_round_row<Rounding::Stochastic>(x, w.scale.data(), pcols, rs, first, w.words.data(),
+                                                            w.hw_words.data(), q, w.tie.data());
 }
 
 void dequantize_row(const std::uint8_t* q, const float* sv, std::int64_t cols, float* out) {

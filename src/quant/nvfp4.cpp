@@ -47,10 +47,6 @@ float amax_cpu(const Matrix& x) {
 namespace {
 
 using e2m1_row::pack_nibbles;
-using e2m1_row::philox_hw_bytes;
-using e2m1_row::philox_words;
-using e2m1_row::round_row;
-using e2m1_row::SrKind;
 
 // Steps 3-4 of the spec for the nblk blocks of one row, as separate loops over blocks so
 // that each vectorises: block amax keys, scale codes and values, encode scales, then each
@@ -117,21 +113,9 @@ template <Rounding R>
 std::int64_t round_pack_row(const float* xr, std::int64_t r, const QuantSpec& spec, QuantizedTensor& out,
                             bool dequantize, const std::uint8_t* sc, const float* sv, RowScratch& w) {
   const std::int64_t pcols = out.padded_cols, nblk = out.scale_cols, cols = out.cols;
-  const bool hw = R == Rounding::Stochastic && spec.rounding.sr_bits == kSrHw;
-  const auto first = static_cast<std::uint64_t>(r * pcols);
-  if constexpr (R == Rounding::Stochastic) {
-    if (hw) philox_hw_bytes(spec.rounding.rng, first, pcols, w.hw_words.data(), w.words.data());
-    else philox_words(spec.rounding.rng, first, pcols, w.words.data());
-  }
-  std::int64_t clipped = 0;
-  if (R == Rounding::Stochastic && spec.rounding.sr_bits == kSrExact)
-    clipped = round_row<R, SrKind::Exact>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(),
-                                          w.tie.data());
-  else if (hw)
-    clipped = round_row<R, SrKind::Hw>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(),
-                                       w.tie.data());
-  else
-    clipped = round_row<R>(xr, w.eb.data(), pcols, spec.rounding, first, w.words.data(), w.q.data(), w.tie.data());
+  std::int64_t clipped =
+      e2m1_row::draw_and_round_row<R>(xr, w.eb.data(), pcols, spec.rounding, static_cast<std::uint64_t>(r * pcols),
+                                      w.words.data(), w.hw_words.data(), w.q.data(), w.tie.data());
   clipped -= zero_scale_clipped(xr, w.eb.data(), sc, nblk);
   pack_nibbles(w.q.data(), pcols, out.codes.data() + r * (pcols / 2));
   if (dequantize) {
