@@ -10,12 +10,16 @@
 //  - Determinism, and resuming from state() equal to running straight through, bit for bit.
 //  - Steps replayed as one CUDA graph equal steps launched kernel by kernel, bit for bit,
 //    with steps that download operands (eager) in between, for SGD and AdamW, 2D and 1x16
-//    weights: the graph re-reads the SR seed and the optimizer's coefficients every step.
+//    weights: the graph re-reads the SR seed and the optimizer's coefficients every step; the
+//    weights' quantizations run on a branch of their own (graph_shape's critical path is
+//    shorter than its node count, checked on a hand-built graph).
 //  - run_mlp with the device runs stepping concurrently (one host thread, stream and cuBLASLt
 //    workspace each) writes the trace of the same runs stepped one after the other.
 //  - With the sm90 accumulator, the resident run is the CPU run (train_step<float> with the
 //    tensor-core model's GEMMs) bit for bit: loss, lost-update fractions and every weight and
 //    moment, step after step, for every resident recipe.
+#include <cuda_runtime.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/graph_shape.hpp"
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_trainer.hpp"
 #include "sim/mlp.hpp"
@@ -325,7 +330,52 @@ TEST_CASE("gpu mlp: steps replayed as a CUDA graph equal steps launched kernel b
       CHECK(sg.m1 == sk.m1);
       CHECK(sg.m2 == sk.m2);
       CHECK(sg.w != init_state<float>(s).w);
+      // The NVFP4 layers' weight quantizations ran beside X's: the graph has parallel branches.
+      const cuda::GraphShape shape = graph.graph_shape();
+      INFO(shape.text());
+      CHECK(shape.captured());
+      CHECK(shape.critical_path < shape.work_nodes());
+      CHECK(!kernels.graph_shape().captured());
     }
+}
+
+TEST_CASE("gpu mlp: graph_shape counts a captured graph's nodes and its critical path", "[gpu][mlp]") {
+  // A memset, then two on a side stream beside one on the main stream, then one after both:
+  // five memsets, and the longest chain (first, side, side, last) holds four.
+  cudaStream_t main_s = nullptr, side = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t fork = nullptr, join = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 1024) == cudaSuccess);
+  char* b = static_cast<char*>(p);
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamBeginCapture(main_s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK(cudaMemsetAsync(b, 1, 64, main_s) == cudaSuccess);
+  CHECK(cudaEventRecord(fork, main_s) == cudaSuccess);
+  CHECK(cudaStreamWaitEvent(side, fork, 0) == cudaSuccess);
+  CHECK(cudaMemsetAsync(b + 64, 2, 64, side) == cudaSuccess);
+  CHECK(cudaMemsetAsync(b + 128, 3, 64, side) == cudaSuccess);
+  CHECK(cudaEventRecord(join, side) == cudaSuccess);
+  CHECK(cudaMemsetAsync(b + 192, 4, 64, main_s) == cudaSuccess);
+  CHECK(cudaStreamWaitEvent(main_s, join, 0) == cudaSuccess);
+  CHECK(cudaMemsetAsync(b + 256, 5, 64, main_s) == cudaSuccess);
+  REQUIRE(cudaStreamEndCapture(main_s, &g) == cudaSuccess);
+  const cuda::GraphShape shape = cuda::graph_shape(g);
+  INFO(shape.text());
+  CHECK(shape.memsets == 5);
+  CHECK(shape.kernels == 0);
+  CHECK(shape.copies == 0);
+  CHECK(shape.critical_path == 4);
+  CHECK(shape.text() == "5 nodes: 0 kernels, 5 memsets, 0 copies; critical path 4");
+  cudaGraphDestroy(g);
+  cudaFree(p);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(side);
+  cudaStreamDestroy(main_s);
 }
 
 TEST_CASE("gpu mlp: with the sm90 accumulator the resident run is the CPU run bit for bit", "[gpu][mlp]") {

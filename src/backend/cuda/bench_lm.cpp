@@ -30,6 +30,7 @@ LmCudaBench lm_cuda_bench(const LmSpec& spec, const RecipeGemmOptions& opt, std:
   LmCudaBench r;
   r.recipe = opt.recipe;
   r.launch_mode = t.launch_mode();
+  if (t.graph_shape().captured()) r.launch_mode += " (" + t.graph_shape().text() + ")";
   r.steps = steps;
   r.step_s = s / static_cast<double>(std::max<std::int64_t>(steps, 1));
   for (const LmParam& p : lm_params(spec)) r.parameters += p.rows * p.cols;

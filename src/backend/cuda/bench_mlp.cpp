@@ -25,6 +25,7 @@ MlpCudaBench mlp_cuda_bench(const MlpSpec& spec, const RecipeGemmOptions& opt, s
   MlpCudaBench r;
   r.recipe = opt.recipe;
   r.launch_mode = t.launch_mode();
+  if (t.graph_shape().captured()) r.launch_mode += " (" + t.graph_shape().text() + ")";
   r.steps = steps;
   r.step_s = s / static_cast<double>(std::max<std::int64_t>(steps, 1));
   r.steps_per_s = r.step_s > 0 ? 1.0 / r.step_s : 0.0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/graph_shape.hpp"
 #include "backend/cuda/lm.hpp"
 #include "backend/cuda/lm_kernels.cuh"
 #include "backend/cuda/lm_mamba_mixer.cuh"
@@ -108,15 +109,19 @@ struct LmCudaTrainer::Impl {
   Buf<double> loss_terms, loss_sum;  // loss: a term per position, their tree sum
   // The clipping norm (model/sum_order.hpp): its chunks' places in G (start, count: a parameter's
   // kNormChunk elements or its last few), their sums of squares, the tree sum of those.
+  // The optimizer walks the same chunks (one block each), chunk_param naming each one's
+  // parameter (its weight decay, its lost-update counter).
   std::int64_t norm_chunks = 0;
   Buf<std::int64_t> norm_start;
-  Buf<std::int32_t> norm_count;
+  Buf<std::int32_t> norm_count, chunk_param;
+  Buf<std::uint8_t> param_decay;
   Buf<double> norm_sq, norm_sum;
   Buf<ClipState> clip;
   Buf<unsigned long long> lost;
   Buf<LmStepParams> params;
   std::vector<std::unique_ptr<RecipeLinear>> linear;
   cudaStream_t stream = nullptr;
+  cudaStream_t side = nullptr;  // the NVFP4 linears' weight quantizations, beside X's (RecipeLinear)
   std::unique_ptr<OwnedLtContext> lt;
   // Pinned staging.
   std::int32_t* host_tokens = nullptr;
@@ -130,6 +135,7 @@ struct LmCudaTrainer::Impl {
   std::string graph_blocker;
   bool eager_done = false;
   cudaGraphExec_t graph = nullptr;
+  GraphShape shape;  // its nodes and critical path
 
   Impl(const LmSpec& s, const RecipeGemmOptions& o, const LmPrecision& p) : spec(s), opt(o), prec(p) {
     const std::string why = lm_cuda_unsupported(spec, opt);
@@ -141,6 +147,7 @@ struct LmCudaTrainer::Impl {
     H = spec.heads, KV = spec.kv_heads, hd = lm_head_dim(spec), qd = H * hd, kvd = KV * hd, W = qd + 2 * kvd;
     scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     lt = std::make_unique<OwnedLtContext>();
     allocate_parameters();
     if (spec.pattern.find('M') != std::string::npos) mixer = std::make_unique<MambaMixerCuda>(spec, prec.bf16_mixers);
@@ -167,6 +174,7 @@ struct LmCudaTrainer::Impl {
     cudaFreeHost(host_params);
     cudaFreeHost(host_stats);
     cudaFreeHost(host_lost);
+    if (side) cudaStreamDestroy(side);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -225,15 +233,21 @@ struct LmCudaTrainer::Impl {
     loss_terms = buf<double>(M, "cudaMalloc (loss terms)");
     loss_sum = buf<double>(1, "cudaMalloc (loss)");
     std::vector<std::int64_t> starts;
-    std::vector<std::int32_t> counts;
-    for (std::size_t i = 0; i < info.size(); ++i)
+    std::vector<std::int32_t> counts, owners;
+    std::vector<std::uint8_t> decays;
+    for (std::size_t i = 0; i < info.size(); ++i) {
       for (std::int64_t c = 0; c < chunk_count(len[i], kNormChunk); ++c) {
         starts.push_back(off[i] + c * kNormChunk);
         counts.push_back(static_cast<std::int32_t>(std::min(kNormChunk, len[i] - c * kNormChunk)));
+        owners.push_back(static_cast<std::int32_t>(i));
       }
+      decays.push_back(info[i].weight_decay ? 1 : 0);
+    }
     norm_chunks = static_cast<std::int64_t>(starts.size());
     norm_start = std::make_unique<DeviceBuffer<std::int64_t>>(starts, "cudaMalloc (norm chunk starts)");
     norm_count = std::make_unique<DeviceBuffer<std::int32_t>>(counts, "cudaMalloc (norm chunk counts)");
+    chunk_param = std::make_unique<DeviceBuffer<std::int32_t>>(owners, "cudaMalloc (chunk parameters)");
+    param_decay = std::make_unique<DeviceBuffer<std::uint8_t>>(decays, "cudaMalloc (parameter decay flags)");
     norm_sq = buf<double>(norm_chunks, "cudaMalloc (norm chunk sums)");
     norm_sum = buf<double>(1, "cudaMalloc (norm sum)");
     clip = buf<ClipState>(1, "cudaMalloc (clip)");
@@ -325,7 +339,7 @@ struct LmCudaTrainer::Impl {
   void build_linears() {
     for (int l = 0; l < static_cast<int>(lins.size()); ++l)
       linear.push_back(std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), tensors_of(l), &params->p->seed, lt->get(),
-                                                      opt.accumulator == Accumulator::Sm90));
+                                                      opt.accumulator == Accumulator::Sm90, side));
   }
 
   // ---- the step's pieces ----
@@ -574,12 +588,11 @@ struct LmCudaTrainer::Impl {
     clip_kernel<<<1, 1, 0, stream>>>(norm_sum->p, spec.optimizer.max_grad_norm, clip->p);
     launch_check("clip_kernel launch");
     check(cudaMemsetAsync(lost->p, 0, info.size() * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
-    for (std::size_t i = 0; i < info.size(); ++i) {
-      lm_adamw_kernel<<<blocks_for(len[i], 4), kThreads, 0, stream>>>(param(i), m1->p + off[i], m2->p + off[i], grad(i),
-                                                                     len[i], params->p, info[i].weight_decay ? 1 : 0,
-                                                                     clip->p, lost->p + i);
-      launch_check("lm_adamw_kernel launch");
-    }
+    // Every parameter in one launch (a small model's step is bound by its launches).
+    lm_adamw_kernel<<<blocks_for(norm_chunks * kNormChunk), kNormChunk, 0, stream>>>(
+        P->p, m1->p, m2->p, G->p, norm_start->p, norm_count->p, chunk_param->p, param_decay->p, norm_chunks, params->p,
+        clip->p, lost->p);
+    launch_check("lm_adamw_kernel launch");
   }
 
   void read_back_stats() {
@@ -653,6 +666,12 @@ struct LmCudaTrainer::Impl {
         throw;
       }
       check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (lm step)");
+      try {
+        shape = fp4d::cuda::graph_shape(g);
+      } catch (...) {
+        cudaGraphDestroy(g);
+        throw;
+      }
       const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
       cudaGraphDestroy(g);
       check(e, "cudaGraphInstantiate (lm step)");
@@ -779,5 +798,7 @@ std::string LmCudaTrainer::launch_mode() const {
   if (!impl_->graph_blocker.empty()) return "kernel by kernel (" + impl_->graph_blocker + ")";
   return "one CUDA graph per step";
 }
+
+GraphShape LmCudaTrainer::graph_shape() const { return impl_->shape; }
 
 }  // namespace fp4d::cuda

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/graph_shape.hpp"
 #include "model/lm_trainer.hpp"
 #include "quant/matrix.hpp"
 #include "quant/quantized.hpp"
@@ -85,6 +86,7 @@ class LmCudaTrainer {
   // Replay each step as one CUDA graph (default on); the results are the same bits either way.
   void set_cuda_graphs(bool on);
   std::string launch_mode() const;  // "one CUDA graph per step", or kernel by kernel and why
+  GraphShape graph_shape() const;  // the captured step graph's (all zero before the capture)
 
  private:
   struct Impl;

@@ -456,19 +456,31 @@ __global__ void clip_kernel(const double* __restrict__ sum, double max_norm, Cli
   }
 }
 
-// AdamW on one parameter, its gradient clipped first (g f in float32), lost updates counted.
-__global__ void lm_adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
-                                const float* __restrict__ g, std::int64_t n, const LmStepParams* __restrict__ p,
-                                int decay, const ClipState* __restrict__ clip, unsigned long long* __restrict__ lost) {
-  const LmAdam a = decay ? p->decay : p->no_decay;
+// AdamW on every parameter, its gradient clipped first (g f in float32), lost updates
+// counted: one block of kNormChunk threads per chunk of the clipping norm's table (start in
+// the flat buffers, count, owning parameter), a thread per element; each chunk's lost updates
+// (__syncthreads_count) added to its parameter's counter (integer sums: any order).
+static_assert(kNormChunk == kThreads, "lm_adamw_kernel: one thread per element of a chunk");
+__global__ void __launch_bounds__(kNormChunk)
+    lm_adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2, const float* __restrict__ g,
+                    const std::int64_t* __restrict__ start, const std::int32_t* __restrict__ count,
+                    const std::int32_t* __restrict__ owner, const std::uint8_t* __restrict__ decay,
+                    std::int64_t chunks, const LmStepParams* __restrict__ p, const ClipState* __restrict__ clip,
+                    unsigned long long* __restrict__ lost) {
   const int apply = clip->apply;
   const float f = clip->factor;
-  unsigned long long count = 0;
-  FP4D_GRID_STRIDE(i, n) {
-    const float gi = apply ? g[i] * f : g[i];
-    count += mlp_math::adamw_update(w[i], m1[i], m2[i], gi, a) ? 1 : 0;
+  for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const std::int32_t param = owner[c];
+    int lost_one = 0;
+    if (static_cast<std::int32_t>(threadIdx.x) < count[c]) {
+      const std::int64_t i = start[c] + threadIdx.x;
+      const LmAdam a = decay[param] ? p->decay : p->no_decay;
+      const float gi = apply ? g[i] * f : g[i];
+      lost_one = mlp_math::adamw_update(w[i], m1[i], m2[i], gi, a) ? 1 : 0;
+    }
+    const int n = __syncthreads_count(lost_one);
+    if (threadIdx.x == 0 && n) atomicAdd(lost + param, static_cast<unsigned long long>(n));
   }
-  if (count) atomicAdd(lost, count);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/graph_shape.hpp"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_kernels.cuh"
@@ -69,6 +70,7 @@ struct MlpCudaTrainer::Impl {
   Buf<double> loss_terms, loss_sum;  // one loss term per row; their tree sum
   Buf<unsigned long long> lost;
   cudaStream_t stream = nullptr;
+  cudaStream_t side = nullptr;  // the NVFP4 layers' weight quantizations, beside X's (RecipeLinear)
   // This run's cuBLASLt workspace: runs step concurrently, each on its own stream.
   std::unique_ptr<OwnedLtContext> lt;
   // Pinned staging: the batch going up, the step's statistics coming down.
@@ -87,6 +89,7 @@ struct MlpCudaTrainer::Impl {
   std::string graph_blocker;  // why this recipe cannot replay a graph ("" if it can)
   bool eager_done = false;
   cudaGraphExec_t graph = nullptr;
+  GraphShape shape;  // its nodes and critical path
 
   Impl(const MlpSpec& s, const RecipeGemmOptions& o) : spec(s), opt(o) {
     validate(spec);
@@ -96,6 +99,7 @@ struct MlpCudaTrainer::Impl {
     L = static_cast<int>(spec.widths.size() - 1);
     rg = std::make_unique<RecipeGemm>(opt, L);
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     lt = std::make_unique<OwnedLtContext>();
     allocate_staging();
     allocate_step_buffers();
@@ -114,6 +118,7 @@ struct MlpCudaTrainer::Impl {
     cudaFreeHost(host_loss);
     cudaFreeHost(host_lost);
     cudaFreeHost(host_params);
+    if (side) cudaStreamDestroy(side);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -151,7 +156,7 @@ struct MlpCudaTrainer::Impl {
     t.M = M, t.in = y.in, t.out = y.out;
     t.x = y.h->p, t.w = y.w->p, t.dy = y.dz->p, t.y = y.z->p, t.dx = l > 0 ? y.dh->p : nullptr, t.dw = y.dw->p;
     y.lin = std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), t, &params->p->seed, lt->get(),
-                                           opt.accumulator == Accumulator::Sm90);
+                                           opt.accumulator == Accumulator::Sm90, side);
   }
 
   // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
@@ -244,21 +249,28 @@ struct MlpCudaTrainer::Impl {
   // Every layer's optimizer step, counting its lost updates from zero.
   void update() {
     check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
-    for (int l = 0; l < L; ++l) update_layer(l);
+    for (int first = 0; first < L; first += kOptimizerLayersPerLaunch)
+      update_layers(first, std::min(L - first, kOptimizerLayersPerLaunch));
   }
 
-  // W_l and its optimizer state by SGD or AdamW; its lost updates counted into lost[l].
-  void update_layer(int l) {
-    Layer& y = layer(l);
-    const std::int64_t n = y.in * y.out;
+  // W_l and its optimizer state by SGD or AdamW for layers first .. first + count - 1 in one
+  // launch; layer l's lost updates counted into lost[l].
+  void update_layers(int first, int count) {
+    OptimizerLayers ls;
+    std::int64_t most = 0;
+    for (int k = 0; k < count; ++k) {
+      Layer& y = layer(first + k);
+      ls.layer[k] = OptimizerLayer{y.w->p, y.m1->p, y.m2->p, y.dw->p, y.in * y.out};
+      most = std::max(most, y.in * y.out);
+    }
+    const dim3 grid(blocks_for(most, 4), static_cast<unsigned>(count));
     if (spec.optimizer == Optimizer::Sgd) {
-      sgd_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.dw->p, n, params->p,
-                                                            static_cast<float>(spec.momentum),
-                                                            static_cast<float>(spec.weight_decay),
-                                                            spec.weight_decay > 0.0, lost->p + l);
+      sgd_kernel<<<grid, kThreads, 0, stream>>>(ls, params->p, static_cast<float>(spec.momentum),
+                                                static_cast<float>(spec.weight_decay), spec.weight_decay > 0.0,
+                                                lost->p + first);
       launch_check("sgd_kernel launch");
     } else {
-      adamw_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.w->p, y.m1->p, y.m2->p, y.dw->p, n, params->p, lost->p + l);
+      adamw_kernel<<<grid, kThreads, 0, stream>>>(ls, params->p, lost->p + first);
       launch_check("adamw_kernel launch");
     }
   }
@@ -337,6 +349,12 @@ struct MlpCudaTrainer::Impl {
         throw;
       }
       check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (training step)");
+      try {
+        shape = fp4d::cuda::graph_shape(g);
+      } catch (...) {
+        cudaGraphDestroy(g);
+        throw;
+      }
       const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
       cudaGraphDestroy(g);
       check(e, "cudaGraphInstantiate (training step)");
@@ -469,6 +487,8 @@ std::string MlpCudaTrainer::launch_mode() const {
   if (!impl_->graph_blocker.empty()) return "kernel by kernel (" + impl_->graph_blocker + ")";
   return "one CUDA graph per step";
 }
+
+GraphShape MlpCudaTrainer::graph_shape() const { return impl_->shape; }
 
 QuantizedTensor MlpCudaTrainer::quantized_operand(int layer, GemmRole role, int operand) const {
   const Impl& m = *impl_;

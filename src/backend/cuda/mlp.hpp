@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/graph_shape.hpp"
 #include "quant/quantized.hpp"
 #include "model/mlp_spec.hpp"
 #include "quant/training_recipe.hpp"
@@ -91,6 +92,8 @@ class MlpCudaTrainer {
   void set_cuda_graphs(bool on);
   // How the steps run, in words: "one CUDA graph per step", or kernel by kernel and why.
   std::string launch_mode() const;
+  // The captured step graph's nodes and critical path (all zero before the capture).
+  GraphShape graph_shape() const;
 
  private:
   struct Impl;

@@ -98,28 +98,42 @@ struct StepParams {
 };
 
 // The optimizers: model/mlp_math.hpp, element by element, as sim/mlp.cpp's train_step<float>.
-__global__ void sgd_kernel(float* __restrict__ w, float* __restrict__ m1, const float* __restrict__ g, std::int64_t n,
-                           const StepParams* __restrict__ p, float mu, float wd, int decay,
+// Every layer in one launch (blockIdx.y = the layer; a small model's step is bound by its
+// launches): each layer's elements grid-stride over blockIdx.x, its lost updates counted into
+// lost[blockIdx.y] (integer sums, so the order of the atomics does not matter).
+struct OptimizerLayer {
+  float* w = nullptr;
+  float* m1 = nullptr;
+  float* m2 = nullptr;  // AdamW only
+  const float* g = nullptr;
+  std::int64_t n = 0;
+};
+constexpr int kOptimizerLayersPerLaunch = 16;
+struct OptimizerLayers {
+  OptimizerLayer layer[kOptimizerLayersPerLaunch];
+};
+
+__global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
                            unsigned long long* __restrict__ lost) {
+  const OptimizerLayer y = ls.layer[blockIdx.y];
   const float lr = p->lr;
   unsigned long long count = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
+    count += mlp_math::sgd_update(y.w[i], y.m1[i], y.g[i], mu, lr, wd, decay != 0) ? 1 : 0;
   }
-  if (count) atomicAdd(lost, count);
+  if (count) atomicAdd(lost + blockIdx.y, count);
 }
 
-__global__ void adamw_kernel(float* __restrict__ w, float* __restrict__ m1, float* __restrict__ m2,
-                             const float* __restrict__ g, std::int64_t n, const StepParams* __restrict__ p,
-                             unsigned long long* __restrict__ lost) {
+__global__ void adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, unsigned long long* __restrict__ lost) {
+  const OptimizerLayer y = ls.layer[blockIdx.y];
   const AdamArgs a = p->adam;
   unsigned long long count = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
+    count += mlp_math::adamw_update(y.w[i], y.m1[i], y.m2[i], y.g[i], a) ? 1 : 0;
   }
-  if (count) atomicAdd(lost, count);
+  if (count) atomicAdd(lost + blockIdx.y, count);
 }
 
 }  // namespace

@@ -22,39 +22,61 @@ __global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __r
     out[i] = bf16_rne_bits(x[i]);
 }
 
-// 1x16 NVFP4 codes + E4M3 scales (row-major, cols % 16 == 0, so block b holds elements
-// 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated GEMM (nvfp4-spec.md 2,
-// step 6): the same decode the quantize kernels write.
-__global__ void decode_1x16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
-                                   std::int64_t blocks, std::uint16_t* __restrict__ out) {
-  for (std::int64_t b = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; b < blocks;
-       b += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const uint2 c = reinterpret_cast<const uint2*>(codes)[b];
-    const float s = e4m3_decode(scales[b]);
-    std::uint32_t w[8];
-    for (int k = 0; k < 8; ++k) {
-      const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
-      const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
-      const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
-      w[k] = lo | (hi << 16);
-    }
-    uint4* o = reinterpret_cast<uint4*>(out + b * 16);
-    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-  }
-}
-
 // Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
-// emulation's g. Up to two pairs per launch.
+// emulation's g.
 struct AlphaPair {
   const GlobalScale* a = nullptr;
   const GlobalScale* b = nullptr;
   float* out = nullptr;
 };
-__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
-  if (threadIdx.x != 0) return;
-  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
-  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
+
+// One 1x16 NVFP4 quantization to decode: codes + E4M3 scales (row-major, cols % 16 == 0, so
+// block b holds elements 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated
+// GEMM (nvfp4-spec.md 2, step 6): the same decode the quantize kernels write.
+struct DecodeJob {
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* scales = nullptr;
+  std::uint16_t* out = nullptr;
+  std::int64_t blocks = 0;
+};
+
+// Everything one half of a layer's step decodes, in one launch: a small model's step is a
+// chain of tiny latency-bound kernels, so the operands' decodes and the GEMMs' alphas share
+// one instead of taking one each.
+constexpr int kMaxDecodeJobs = 4;
+struct DecodeLaunch {
+  DecodeJob job[kMaxDecodeJobs];
+  int jobs = 0;
+  AlphaPair alpha[2];
+};
+
+__device__ __forceinline__ void decode_block(const DecodeJob& j, std::int64_t b) {
+  const uint2 c = reinterpret_cast<const uint2*>(j.codes)[b];
+  const float s = e4m3_decode(j.scales[b]);
+  std::uint32_t w[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
+    const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
+    const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
+    w[k] = lo | (hi << 16);
+  }
+  uint4* o = reinterpret_cast<uint4*>(j.out + b * 16);
+  o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// The jobs' blocks one after another, grid-stride over their total; the first thread also
+// writes the alphas (their global scales are final: the quantizations ran before).
+__global__ void decode_kernel(DecodeLaunch d, std::int64_t total) {
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (const AlphaPair& p : d.alpha)
+      if (p.out) p.out[0] = p.a->decode * p.b->decode, p.out[1] = 0.0f;
+  FP4D_GRID_STRIDE(i, total) {
+    std::int64_t b = i;
+    int j = 0;
+    while (j + 1 < d.jobs && b >= d.job[j].blocks) b -= d.job[j].blocks, ++j;
+    decode_block(d.job[j], b);
+  }
 }
 
 template <class T>
@@ -89,11 +111,23 @@ const float kOne = 1.0f;
 
 void launch_check(const char* what) { check(cudaGetLastError(), what); }
 
-// The BF16 GEMM operand of a 1x16 NVFP4 quantization: its decode without the global scale.
-void decode(const NvQuant& q, std::int64_t elements, cudaStream_t stream) {
-  const std::int64_t blocks = elements / 16;
-  decode_1x16_kernel<<<blocks_for(blocks), kThreads, 0, stream>>>(q.codes->p, q.scales->p, blocks, q.bf16->p);
-  launch_check("decode_1x16_kernel launch");
+// The BF16 GEMM operand of a 1x16 NVFP4 quantization of `elements` values (its decode without
+// the global scale), as a job of a DecodeLaunch.
+void add_decode(DecodeLaunch& d, const NvQuant& q, std::int64_t elements) {
+  if (d.jobs == kMaxDecodeJobs) throw std::logic_error("DecodeLaunch: too many jobs");
+  d.job[d.jobs++] = DecodeJob{q.codes->p, q.scales->p, q.bf16->p, elements / 16};
+}
+void add_dual_decodes(DecodeLaunch& d, const NvDual& q, std::int64_t elements) {
+  add_decode(d, q.row, elements);
+  add_decode(d, q.col, elements);
+}
+
+// The decodes and alphas of d in one launch.
+void decode(const DecodeLaunch& d, cudaStream_t stream) {
+  std::int64_t total = 0;
+  for (int j = 0; j < d.jobs; ++j) total += d.job[j].blocks;
+  decode_kernel<<<blocks_for(total), kThreads, 0, stream>>>(d, total);
+  launch_check("decode_kernel launch");
 }
 
 // A bf16 layer's GEMM operand: the RNE cast of n floats.
@@ -129,13 +163,12 @@ struct RecipeLinear::Buffers {
     nvfp4_quantize_dual_device(src, rows, cols, ds,
                                DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
                                q.keys->p, stream);
-    decode(q.row, rows * cols, stream);
-    decode(q.col, rows * cols, stream);
   }
 };
 
 RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t,
-                           const std::uint64_t* device_seed, const LtContext& lt, bool model_order)
+                           const std::uint64_t* device_seed, const LtContext& lt, bool model_order,
+                           cudaStream_t side_stream)
     : layer_(layer), t_(t), device_seed_(device_seed), b_(std::make_unique<Buffers>()) {
   mode_ = !recipe ? Mode::Fp32 : recipe->kind == GemmRecipe::Kind::Bf16 ? Mode::Bf16 : Mode::Nvfp4;
   if (recipe) recipe_ = *recipe;
@@ -147,8 +180,16 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   d.M = t.M, d.N = t.in, d.K = t.out, d.ld_k = t.out, d.d = t.dx;
   w.M = t.out, w.N = t.in, w.K = t.M, w.ld_k = t.M, w.d = t.dw;
   f.alpha = d.alpha = w.alpha = &kOne;
-  if (mode_ == Mode::Nvfp4) plan_nvfp4(f, d, w);
-  else plan_cast(f, d, w);
+  if (mode_ == Mode::Nvfp4) {
+    plan_nvfp4(f, d, w);
+    if (side_stream) {
+      side_ = side_stream;
+      check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate (weight fork)");
+      check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate (weight join)");
+    }
+  } else {
+    plan_cast(f, d, w);
+  }
   f.k_order = d.k_order = w.k_order = model_order;
   fprop_shape_ = f, dgrad_shape_ = d, wgrad_shape_ = w;
   if (mode_ == Mode::Fp32 && model_order) {
@@ -160,7 +201,10 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   wgrad_ = std::make_unique<LtPlan>(w, &lt);
 }
 
-RecipeLinear::~RecipeLinear() = default;
+RecipeLinear::~RecipeLinear() {
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+}
 
 namespace {
 
@@ -279,16 +323,27 @@ void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
 }
 
 // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
-// BF16 casts of X and W; then the Fprop GEMM.
+// BF16 casts of X and W; then the Fprop GEMM. With a side stream the weight's quantization runs
+// beside X's (they share no buffer; their amaxes and SR draws do not depend on the order), which
+// halves the quantizers' latency on a small layer's critical path.
 void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
+    if (side_) {
+      check(cudaEventRecord(fork_, stream), "cudaEventRecord (weight fork)");
+      check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent (weight fork)");
+      quantize_weight(seed, side_);
+      check(cudaEventRecord(join_, side_), "cudaEventRecord (weight join)");
+    }
     y.dual(t_.x, t_.M, t_.in, *y.x, spec_of(OperandKind::Activation, GemmRole::Fprop, 0, seed),
            spec_of(OperandKind::Activation, GemmRole::Wgrad, 0, seed), device_seed_, stream);
-    quantize_weight(seed, stream);
-    const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p;
-    alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.x->globals->p, gw, y.alpha->p}, AlphaPair{});
-    launch_check("alpha_kernel launch");
+    if (side_) check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
+    else quantize_weight(seed, stream);
+    DecodeLaunch dec;
+    add_dual_decodes(dec, *y.x, t_.M * t_.in);
+    if (y.w_dual) add_dual_decodes(dec, *y.w_dual, t_.in * t_.out);  // 16x16 weights come decoded
+    dec.alpha[0] = AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p};
+    decode(dec, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.x, y.xb->p, t_.M * t_.in, stream);
     cast(t_.w, y.wb->p, t_.in * t_.out, stream);
@@ -303,10 +358,12 @@ void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtCon
   if (mode_ == Mode::Nvfp4) {
     y.dual(t_.dy, t_.M, t_.out, *y.dy, spec_of(OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
            spec_of(OperandKind::Gradient, GemmRole::Wgrad, 1, seed), device_seed_, stream);
+    DecodeLaunch dec;
+    add_dual_decodes(dec, *y.dy, t_.M * t_.out);
     const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
-    alpha_kernel<<<1, 32, 0, stream>>>(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
-                                       AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4});
-    launch_check("alpha_kernel launch");
+    dec.alpha[0] = AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2};
+    dec.alpha[1] = AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4};
+    decode(dec, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }

@@ -59,8 +59,11 @@ class RecipeLinear {
   // recipe: the layer's GemmRecipe (bf16 or nvfp4 kinds), nullptr for fp32. device_seed: the
   // step's SR seed in device memory (read when the quantizers run). lt: the workspace the plans
   // will run with. model_order: see the file comment.
+  // side_stream: where an NVFP4 layer quantizes its weight while the main stream quantizes X
+  // (forked and joined by events, so a captured graph holds both branches); nullptr: all on
+  // the main stream. Shared by a trainer's layers, which run one after another.
   RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t, const std::uint64_t* device_seed,
-               const LtContext& lt, bool model_order = false);
+               const LtContext& lt, bool model_order = false, cudaStream_t side_stream = nullptr);
   ~RecipeLinear();
   RecipeLinear(const RecipeLinear&) = delete;
   RecipeLinear& operator=(const RecipeLinear&) = delete;
@@ -84,6 +87,8 @@ class RecipeLinear {
   const std::uint64_t* device_seed_;
   std::string path_;
   std::unique_ptr<Buffers> b_;
+  cudaStream_t side_ = nullptr;  // set for NVFP4 layers given a side stream
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;  // null for an fp32 layer in model order:
   LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 
