@@ -3,7 +3,10 @@
 // and both global scales (the columnwise one from the RHT output's amax), for RNE, RZ, exact and
 // 8-bit SR (separate Philox streams per direction), TE and legacy scale rules, BF16 RHT output,
 // random signs, widths that are and are not multiples of the 64-column warp tile, float32 and
-// BF16 input, and inputs with zero rows, Inf and NaN.
+// BF16 input, and inputs with zero rows, Inf and NaN. The BF16 decodes the same pass writes
+// (the emulated GEMM's operands) equal E2M1 value x E4M3 scale of the CPU's codes, worked out
+// here from the formats' definitions, and asking for them changes no code.
+#include <cmath>
 #include <limits>
 
 #include "backend/cuda/nvfp4_dual.hpp"
@@ -46,9 +49,37 @@ Matrix bf16_values(Matrix x) {
   return x;
 }
 
+// The BF16 bits of element i's E2M1 value times its block's E4M3 scale, from the formats'
+// definitions (OCP MX v1.0: E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; E4M3 bias 7, subnormal
+// m 2^-9): the product has at most 6 significant bits, so the BF16 value is exact.
+std::vector<std::uint16_t> expected_bf16(const QuantizedTensor& q) {
+  static const double kE2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  std::vector<std::uint16_t> out(q.codes.size() * 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::uint32_t code = (q.codes[i / 2] >> (4 * (i & 1))) & 0xfu;
+    const std::uint32_t sc = q.scale_codes[i / 16], e = (sc >> 3) & 15u, m = sc & 7u;
+    const double scale = e == 0 ? std::ldexp(static_cast<double>(m), -9) : std::ldexp(1.0 + m / 8.0, static_cast<int>(e) - 7);
+    const double v = (code & 8u ? -1.0 : 1.0) * kE2m1[code & 7u] * scale;
+    const float f = static_cast<float>(v);
+    REQUIRE(static_cast<double>(f) == v);
+    const std::uint32_t bits = float_bits(f);
+    REQUIRE((bits & 0xffffu) == 0u);
+    out[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+  return out;
+}
+
 void compare(const Matrix& x, const QuantSpec& row, const QuantSpec& col, bool bf16_input = false) {
   const cuda::DualHostResult g = cuda::nvfp4_quantize_dual_cuda(x, row, col, bf16_input);
   const QuantizedTensor r = quantize_cpu(x, row), c = quantize_cpu(x, col);
+  CHECK(g.row_bf16 == expected_bf16(r));
+  CHECK(g.col_bf16 == expected_bf16(c));
+  const cuda::DualHostResult plain = cuda::nvfp4_quantize_dual_cuda(x, row, col, bf16_input, false);
+  CHECK(plain.row_codes == g.row_codes);
+  CHECK(plain.col_codes == g.col_codes);
+  CHECK(plain.row_scales == g.row_scales);
+  CHECK(plain.col_scales == g.col_scales);
+  CHECK(plain.row_bf16.empty());
   CHECK(g.row_codes == r.codes);
   CHECK(g.row_scales == r.scale_codes);
   CHECK(same_bits(g.row_global.encode, r.global.encode));

@@ -56,6 +56,10 @@ struct DualBench {
   double amax_seconds = 0;      // the amax pass alone (its key memset and kernel, as the real pass)
   double quantize_seconds = 0;  // the quantize pass alone, from a cold L2
   double counted_bytes = 0;     // input once + both directions' codes and scales
+  // The quantize pass alone writing both directions' BF16 decodes too (the resident training
+  // step's form), from a cold L2; its counted bytes add 2 x 2 bytes per element.
+  double decode_seconds = 0;
+  double decode_counted_bytes = 0;
 };
 // sr: SR on both sides with sr_bits random bits (rounding.hpp: kSrExact, kSrHw or 1..32).
 DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,

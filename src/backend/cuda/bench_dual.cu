@@ -31,6 +31,7 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
       cc(static_cast<std::size_t>(n / 2)), cs(static_cast<std::size_t>(n / 16));
   DeviceBuffer<GlobalScale> g(2);
   DeviceBuffer<std::uint32_t> keys(2);
+  DeviceBuffer<std::uint16_t> rb(static_cast<std::size_t>(n)), cb(static_cast<std::size_t>(n));
   if (bf16_input) bench_data::fill(xb.p, n, 3u);
   else bench_data::fill(xf.p, n, 3u);
   check(cudaGetLastError(), "bench data kernel");
@@ -55,6 +56,10 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   // The quantize pass alone, from a cold L2 (keys from the amax pass just timed).
   r.quantize_seconds = run([&](const auto* x) { nvfp4_quantize_dual_quantize_pass(x, rows, cols, spec, out, keys.p); });
   r.counted_bytes = static_cast<double>(n) * ((bf16_input ? 2.0 : 4.0) + 2.0 * (0.5 + 1.0 / 16.0));
+  const DualOutputs with_decode{rc.p, rs.p, cc.p, cs.p, g.p, rb.p, cb.p};
+  r.decode_seconds =
+      run([&](const auto* x) { nvfp4_quantize_dual_quantize_pass(x, rows, cols, spec, with_decode, keys.p); });
+  r.decode_counted_bytes = r.counted_bytes + static_cast<double>(n) * 4.0;
   return r;
 }
 

@@ -12,6 +12,9 @@
 //           rht.hpp's order) and quantizes each as one columnwise 1x16 block.
 //  write    the columnwise codes and scales and the rowwise scales go through shared memory
 //           and leave together at the end: 64 contiguous code bytes per column and CTA.
+//  decode   optionally, each lane writes its own four blocks' BF16 decodes (the emulated
+//           GEMM's operands; 32 contiguous bytes each): the rowwise codes read back from
+//           where it stored them, the columnwise ones from shared memory.
 // Fast paths, per block, chosen by the lane that owns it (no NaN among the values to round;
 // RNE or SR): E2M1 RNE on the FMA pipe (e2m1_rne_magnitude_fma), SR by e2m1_sr_mag_fma below,
 // codes packed by Horner's rule (one IMAD per element) and signs by one funnel shift per
@@ -341,6 +344,24 @@ __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale 
   return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
 }
 
+// The emulated GEMM's BF16 operand of one 1x16 block: nvfp4_unscaled_bf16 (exact, no global
+// scale) of its codes (element i in nibble i) with its E4M3 scale code, as two 16-byte stores
+// (out 16-byte aligned).
+__device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, std::uint8_t scale_code, std::uint16_t* out) {
+  const float s = e4m3_decode(scale_code);
+  std::uint32_t w[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const std::uint32_t byte = ((k < 4 ? codes.x : codes.y) >> (8 * (k & 3))) & 0xffu;
+    const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
+    const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
+    w[k] = lo | (hi << 16);
+  }
+  uint4* o = reinterpret_cast<uint4*>(out);
+  o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 // Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one
 // atomicMax per key per block (one per warp and tile made the same-address atomics the
 // bottleneck of this pass). fmaxf ignores NaN (its other operand is returned) and the values
@@ -441,7 +462,9 @@ struct DualShared {
   std::uint64_t seed;
 };
 
-template <class T, bool Rht, bool RowSr, bool ColSr>
+// Decode: the kernel writes out's BF16 decodes (a separate instantiation, so that the kernels
+// without them carry none of their state: the SR kernels sit at their register limit).
+template <class T, bool Rht, bool RowSr, bool ColSr, bool Decode>
 __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, DualSpec spec, RhtArgs rs,
                          const std::uint32_t* keys, DualOutputs out) {
@@ -608,6 +631,24 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
       }
     }
   }
+
+  // Decode: the lane's own blocks (every value read here it wrote itself, so no barrier).
+  if (!Decode) return;
+  if (out.row_bf16 && row_in) {
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
+      const std::int64_t base = (R0 + tr) * cols + cb;
+      store_unscaled_bf16_block(*reinterpret_cast<const uint2*>(out.row_codes + base / 2), sh.row_scales[tr][blk],
+                                out.row_bf16 + base);
+    }
+  }
+  if (out.col_bf16 && col_in) {
+#pragma unroll 1
+    for (int j = 0; j < 2; ++j)
+      store_unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], sh.col_scales[warp][2 * lane + j],
+                                out.col_bf16 + (c + j) * rows + r0);
+  }
 }
 
 void check_shape(std::int64_t rows, std::int64_t cols) {
@@ -644,6 +685,8 @@ void check_buffers(const void* d_x, const DualOutputs& out, const std::uint32_t*
                              {out.globals, alignof(GlobalScale), "global scales"},
                              keys_rule(d_keys)};
   for (const BufferRule& b : bufs) check_buffer(b);
+  if (out.row_bf16) check_buffer({out.row_bf16, 16, "row BF16 decode"});
+  if (out.col_bf16) check_buffer({out.col_bf16, 16, "column BF16 decode"});
 }
 // What the amax pass alone touches: the input and the keys.
 void check_amax_buffers(const void* d_x, const std::uint32_t* d_keys) {
@@ -675,7 +718,10 @@ template <class T, bool Rht, bool RowSr, bool ColSr>
 void launch_quantize(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const RhtArgs& rs,
                      const std::uint32_t* d_keys, const DualOutputs& out, cudaStream_t st) {
   const auto blocks = static_cast<unsigned>(((rows + kCtaRows - 1) / kCtaRows) * ((cols + kTileCols - 1) / kTileCols));
-  dual_quantize_kernel<T, Rht, RowSr, ColSr><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, rs, d_keys, out);
+  if (out.row_bf16 || out.col_bf16)
+    dual_quantize_kernel<T, Rht, RowSr, ColSr, true><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, rs, d_keys, out);
+  else
+    dual_quantize_kernel<T, Rht, RowSr, ColSr, false><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, rs, d_keys, out);
   check(cudaGetLastError(), "dual_quantize_kernel launch");
 }
 
@@ -907,7 +953,7 @@ void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t ro
 }
 
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
-                                        bool bf16_input) {
+                                        bool bf16_input, bool bf16_outputs) {
   const DualSpec spec = dual_spec(row_spec, col_spec);
   check_shape(x.rows, x.cols);
   const auto n = static_cast<std::size_t>(x.size());
@@ -916,7 +962,8 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
   DeviceBuffer<std::uint8_t> rc(n / 2), rs(n / 16), cc(n / 2), cs(n / 16);
   DeviceBuffer<GlobalScale> g(2);
   DeviceBuffer<std::uint32_t> keys(2);
-  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p};
+  DeviceBuffer<std::uint16_t> rb(bf16_outputs ? n : 0), cb(bf16_outputs ? n : 0);
+  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p, bf16_outputs ? rb.p : nullptr, bf16_outputs ? cb.p : nullptr};
   if (bf16_input) {
     std::vector<std::uint16_t> b(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -942,6 +989,11 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
   check(cudaMemcpy(gs, g.p, sizeof gs, cudaMemcpyDeviceToHost), "cudaMemcpy (globals)");
   h.row_global = gs[0];
   h.col_global = gs[1];
+  if (bf16_outputs) {
+    h.row_bf16.resize(n), h.col_bf16.resize(n);
+    rb.download(h.row_bf16.data());
+    cb.download(h.col_bf16.data());
+  }
   return h;
 }
 

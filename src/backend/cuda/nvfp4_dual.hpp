@@ -9,7 +9,8 @@
 // each with its own rounding (RNE/RZ/exact or k-bit SR, its own Philox stream) and its own
 // global scale (the columnwise one from the amax of the RHT output, as the spec says).
 // Two kernels: one reads x to find both amaxes (recomputing the RHT), one reads x again and
-// writes both quantizations, so x is read twice in all and never written back transformed.
+// writes both quantizations (and, if asked, their BF16 decodes), so x is read twice in all and
+// never written back transformed.
 // rows and cols must be multiples of 16.
 #pragma once
 
@@ -39,16 +40,21 @@ DualSpec dual_spec(const QuantSpec& row_spec, const QuantSpec& col_spec);
 // Device buffers (all sizes in bytes): row codes rows*cols/2, row scales rows*cols/16, col codes
 // cols*rows/2 (stored transposed: row c of the transpose holds column c), col scales
 // cols*rows/16; globals[0] = rowwise, globals[1] = columnwise global scale (written);
-// d_keys: 2 words of scratch. Alignment (cudaMalloc's 256 bytes satisfy all): the input and
-// the column codes 16 bytes, the row codes and column scales 8, the row scales 4; a null or
-// misaligned buffer throws std::invalid_argument naming it, before anything is launched.
-// Asynchronous on `stream`.
+// d_keys: 2 words of scratch. Optional: row_bf16 (rows x cols) and col_bf16 (cols x rows,
+// transposed like the column codes), the emulated GEMM's BF16 operands (nvfp4_unscaled_bf16
+// of every code with its block scale, exact), written by the same pass so that no decode pass
+// re-reads the codes. Alignment (cudaMalloc's 256 bytes satisfy all): the input, the column
+// codes and the BF16 outputs 16 bytes, the row codes and column scales 8, the row scales 4; a
+// null (but for the optional ones) or misaligned buffer throws std::invalid_argument naming
+// it, before anything is launched. Asynchronous on `stream`.
 struct DualOutputs {
   std::uint8_t* row_codes = nullptr;
   std::uint8_t* row_scales = nullptr;
   std::uint8_t* col_codes = nullptr;
   std::uint8_t* col_scales = nullptr;
   GlobalScale* globals = nullptr;
+  std::uint16_t* row_bf16 = nullptr;
+  std::uint16_t* col_bf16 = nullptr;
 };
 void nvfp4_quantize_dual_device(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
                                 const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
@@ -68,15 +74,17 @@ void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t ro
                                        const DualSpec& spec, const DualOutputs& out, const std::uint32_t* d_keys,
                                        void* stream = nullptr);
 
-// Host convenience (tests): codes, scale codes and global scales of both quantizations.
-// bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must then be a
-// BF16 value (throws std::invalid_argument otherwise), so the CPU's float quantization of x is
-// the reference for both.
+// Host convenience (tests): codes, scale codes and global scales of both quantizations, and
+// with bf16_outputs their BF16 decodes (row_bf16 rows x cols, col_bf16 cols x rows; empty
+// otherwise). bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must
+// then be a BF16 value (throws std::invalid_argument otherwise), so the CPU's float
+// quantization of x is the reference for both.
 struct DualHostResult {
   std::vector<std::uint8_t> row_codes, row_scales, col_codes, col_scales;
   GlobalScale row_global{}, col_global{};
+  std::vector<std::uint16_t> row_bf16, col_bf16;
 };
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
-                                        bool bf16_input = false);
+                                        bool bf16_input = false, bool bf16_outputs = true);
 
 }  // namespace fp4d::cuda

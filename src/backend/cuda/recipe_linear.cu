@@ -23,60 +23,16 @@ __global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __r
 }
 
 // Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
-// emulation's g.
+// emulation's g. Up to two pairs per launch.
 struct AlphaPair {
   const GlobalScale* a = nullptr;
   const GlobalScale* b = nullptr;
   float* out = nullptr;
 };
-
-// One 1x16 NVFP4 quantization to decode: codes + E4M3 scales (row-major, cols % 16 == 0, so
-// block b holds elements 16b .. 16b+15) -> nvfp4_unscaled_bf16, the operand of the emulated
-// GEMM (nvfp4-spec.md 2, step 6): the same decode the quantize kernels write.
-struct DecodeJob {
-  const std::uint8_t* codes = nullptr;
-  const std::uint8_t* scales = nullptr;
-  std::uint16_t* out = nullptr;
-  std::int64_t blocks = 0;
-};
-
-// Everything one half of a layer's step decodes, in one launch: a small model's step is a
-// chain of tiny latency-bound kernels, so the operands' decodes and the GEMMs' alphas share
-// one instead of taking one each.
-constexpr int kMaxDecodeJobs = 4;
-struct DecodeLaunch {
-  DecodeJob job[kMaxDecodeJobs];
-  int jobs = 0;
-  AlphaPair alpha[2];
-};
-
-__device__ __forceinline__ void decode_block(const DecodeJob& j, std::int64_t b) {
-  const uint2 c = reinterpret_cast<const uint2*>(j.codes)[b];
-  const float s = e4m3_decode(j.scales[b]);
-  std::uint32_t w[8];
-  for (int k = 0; k < 8; ++k) {
-    const std::uint32_t byte = ((k < 4 ? c.x : c.y) >> (8 * (k & 3))) & 0xffu;
-    const std::uint32_t lo = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte & 0xfu), s);
-    const std::uint32_t hi = nvfp4_unscaled_bf16(static_cast<std::uint8_t>(byte >> 4), s);
-    w[k] = lo | (hi << 16);
-  }
-  uint4* o = reinterpret_cast<uint4*>(j.out + b * 16);
-  o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-  o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-// The jobs' blocks one after another, grid-stride over their total; the first thread also
-// writes the alphas (their global scales are final: the quantizations ran before).
-__global__ void decode_kernel(DecodeLaunch d, std::int64_t total) {
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    for (const AlphaPair& p : d.alpha)
-      if (p.out) p.out[0] = p.a->decode * p.b->decode, p.out[1] = 0.0f;
-  FP4D_GRID_STRIDE(i, total) {
-    std::int64_t b = i;
-    int j = 0;
-    while (j + 1 < d.jobs && b >= d.job[j].blocks) b -= d.job[j].blocks, ++j;
-    decode_block(d.job[j], b);
-  }
+__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
+  if (threadIdx.x != 0) return;
+  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
+  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
 }
 
 template <class T>
@@ -111,23 +67,9 @@ const float kOne = 1.0f;
 
 void launch_check(const char* what) { check(cudaGetLastError(), what); }
 
-// The BF16 GEMM operand of a 1x16 NVFP4 quantization of `elements` values (its decode without
-// the global scale), as a job of a DecodeLaunch.
-void add_decode(DecodeLaunch& d, const NvQuant& q, std::int64_t elements) {
-  if (d.jobs == kMaxDecodeJobs) throw std::logic_error("DecodeLaunch: too many jobs");
-  d.job[d.jobs++] = DecodeJob{q.codes->p, q.scales->p, q.bf16->p, elements / 16};
-}
-void add_dual_decodes(DecodeLaunch& d, const NvDual& q, std::int64_t elements) {
-  add_decode(d, q.row, elements);
-  add_decode(d, q.col, elements);
-}
-
-// The decodes and alphas of d in one launch.
-void decode(const DecodeLaunch& d, cudaStream_t stream) {
-  std::int64_t total = 0;
-  for (int j = 0; j < d.jobs; ++j) total += d.job[j].blocks;
-  decode_kernel<<<blocks_for(total), kThreads, 0, stream>>>(d, total);
-  launch_check("decode_kernel launch");
+void alphas(AlphaPair p0, AlphaPair p1, cudaStream_t stream) {
+  alpha_kernel<<<1, 32, 0, stream>>>(p0, p1);
+  launch_check("alpha_kernel launch");
 }
 
 // A bf16 layer's GEMM operand: the RNE cast of n floats.
@@ -160,8 +102,10 @@ struct RecipeLinear::Buffers {
             const QuantSpec& col, const std::uint64_t* device_seed, cudaStream_t stream) {
     DualSpec ds = dual_spec_of(row, col);
     ds.device_seed = device_seed;  // = row's and col's seed (spec_of gives both the step's)
+    // The BF16 decodes (the GEMMs' operands) come from the same pass.
     nvfp4_quantize_dual_device(src, rows, cols, ds,
-                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p},
+                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p,
+                                           q.row.bf16->p, q.col.bf16->p},
                                q.keys->p, stream);
   }
 };
@@ -339,11 +283,7 @@ void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtCont
            spec_of(OperandKind::Activation, GemmRole::Wgrad, 0, seed), device_seed_, stream);
     if (side_) check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
     else quantize_weight(seed, stream);
-    DecodeLaunch dec;
-    add_dual_decodes(dec, *y.x, t_.M * t_.in);
-    if (y.w_dual) add_dual_decodes(dec, *y.w_dual, t_.in * t_.out);  // 16x16 weights come decoded
-    dec.alpha[0] = AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p};
-    decode(dec, stream);
+    alphas(AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p}, AlphaPair{}, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.x, y.xb->p, t_.M * t_.in, stream);
     cast(t_.w, y.wb->p, t_.in * t_.out, stream);
@@ -358,12 +298,9 @@ void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtCon
   if (mode_ == Mode::Nvfp4) {
     y.dual(t_.dy, t_.M, t_.out, *y.dy, spec_of(OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
            spec_of(OperandKind::Gradient, GemmRole::Wgrad, 1, seed), device_seed_, stream);
-    DecodeLaunch dec;
-    add_dual_decodes(dec, *y.dy, t_.M * t_.out);
     const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
-    dec.alpha[0] = AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2};
-    dec.alpha[1] = AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4};
-    decode(dec, stream);
+    alphas(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
+           AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4}, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }

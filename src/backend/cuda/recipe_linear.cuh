@@ -17,8 +17,8 @@
 //   nvfp4* X and dY: rowwise + columnwise quantization in one pass (nvfp4_dual: the columnwise
 //          side RHT-16'd for Wgrad when the recipe says so, SR on gradients); W: 16x16 tiles
 //          once per step, whose transpose is Dgrad's operand (2D: the same quantized weight in
-//          both GEMMs), or rowwise + columnwise 1x16 without 2D. Codes and block scales are
-//          decoded to BF16 without the global scale (exact), the GEMM is a BF16 GEMM and
+//          both GEMMs), or rowwise + columnwise 1x16 without 2D. The quantizers also write the
+//          codes' BF16 decode without the global scale (exact), the GEMM is a BF16 GEMM and
 //          fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
 // Model order (a run with the sm90 accumulator, whose CPU run models this one): the cuBLASLt
 // plans take only algorithms that sum every output in one pass in k order (LtGemm::k_order, no
