@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
-#include "backend/cuda/graph_shape.hpp"
+#include "backend/cuda/step_graph.hpp"
 #include "backend/cuda/lm.hpp"
 #include "backend/cuda/lm_kernels.cuh"
 #include "backend/cuda/lm_mamba_mixer.cuh"
@@ -655,29 +655,7 @@ struct LmCudaTrainer::Impl {
   }
 
   void capture(std::uint64_t seed) {
-    cudaGraph_t g = nullptr;
-    try {
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture (lm step)");
-      try {
-        enqueue_step(seed, nullptr);
-      } catch (...) {
-        cudaStreamEndCapture(stream, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (lm step)");
-      try {
-        shape = fp4d::cuda::graph_shape(g);
-      } catch (...) {
-        cudaGraphDestroy(g);
-        throw;
-      }
-      const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
-      cudaGraphDestroy(g);
-      check(e, "cudaGraphInstantiate (lm step)");
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(std::string(e.what()) + " (capturing the lm training step as a CUDA graph)");
-    }
+    graph = capture_step_graph(stream, [&] { enqueue_step(seed, nullptr); }, &shape, "the lm training step");
   }
 
   void run_step(std::uint64_t seed, LmCudaOperands* ops) {

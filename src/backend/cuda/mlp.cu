@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
-#include "backend/cuda/graph_shape.hpp"
+#include "backend/cuda/step_graph.hpp"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp.hpp"
 #include "backend/cuda/mlp_kernels.cuh"
@@ -338,30 +338,11 @@ struct MlpCudaTrainer::Impl {
 
   // A failure names the way around it: the same step kernel by kernel.
   void capture(std::uint64_t seed) {
-    cudaGraph_t g = nullptr;
     try {
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture (training step)");
-      try {
-        enqueue_step(seed, nullptr);
-      } catch (...) {
-        cudaStreamEndCapture(stream, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture (training step)");
-      try {
-        shape = fp4d::cuda::graph_shape(g);
-      } catch (...) {
-        cudaGraphDestroy(g);
-        throw;
-      }
-      const cudaError_t e = cudaGraphInstantiate(&graph, g, 0);
-      cudaGraphDestroy(g);
-      check(e, "cudaGraphInstantiate (training step)");
+      graph = capture_step_graph(stream, [&] { enqueue_step(seed, nullptr); }, &shape, "the training step");
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(std::string(e.what()) +
-                               " (capturing the training step as a CUDA graph; `fp4drift run --cuda-graphs off` "
-                               "runs the same step kernel by kernel)");
+                               "; `fp4drift run --cuda-graphs off` runs the same step kernel by kernel");
     }
   }
 
