@@ -61,6 +61,17 @@ TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before 
       CHECK(refusal(bad).find(c.want) != std::string::npos);
     }
   }
+  SECTION("the optional BF16 decode buffers, where given, 16-byte aligned") {
+    Buffers row;
+    row.out.row_bf16 = fake<std::uint16_t>((8u << 20) + 8);
+    CHECK(refusal(row) == "dual NVFP4 quantization: the row BF16 decode buffer must be 16-byte aligned (its address is 8 "
+                          "bytes past a multiple)");
+    Buffers col;
+    col.out.row_bf16 = fake<std::uint16_t>(8u << 20);
+    col.out.col_bf16 = fake<std::uint16_t>((9u << 20) + 2);
+    CHECK(refusal(col) == "dual NVFP4 quantization: the column BF16 decode buffer must be 16-byte aligned (its address is "
+                          "2 bytes past a multiple)");
+  }
   SECTION("no amax keys") {
     b.keys = nullptr;
     CHECK(refusal(b) == "dual NVFP4 quantization: no amax keys buffer (null)");

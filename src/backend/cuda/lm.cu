@@ -589,7 +589,8 @@ struct LmCudaTrainer::Impl {
     launch_check("clip_kernel launch");
     check(cudaMemsetAsync(lost->p, 0, info.size() * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
     // Every parameter in one launch (a small model's step is bound by its launches).
-    lm_adamw_kernel<<<blocks_for(norm_chunks * kNormChunk), kNormChunk, 0, stream>>>(
+    const auto grid = static_cast<unsigned>(std::min<std::int64_t>(norm_chunks, 65535));  // a block per chunk
+    lm_adamw_kernel<<<grid, kNormChunk, 0, stream>>>(
         P->p, m1->p, m2->p, G->p, norm_start->p, norm_count->p, chunk_param->p, param_decay->p, norm_chunks, params->p,
         clip->p, lost->p);
     launch_check("lm_adamw_kernel launch");
@@ -605,6 +606,9 @@ struct LmCudaTrainer::Impl {
 
   // Everything one step puts on the stream after its tokens and parameters are up.
   void enqueue_step(std::uint64_t seed, LmCudaOperands* ops) {
+    // Every NVFP4 weight's quantization first, on the side stream: none waits for the blocks
+    // before its own.
+    for (const auto& l : linear) l->start_weight(seed, stream);
     forward(seed);
     backward(seed, ops);
     clip_and_update();

@@ -326,6 +326,9 @@ struct MlpCudaTrainer::Impl {
   // Everything one step puts on the stream after its parameters are up: the body a graph
   // captures (ops = nullptr) or the eager step.
   void enqueue_step(std::uint64_t seed, MlpCudaOperands* ops) {
+    // Every NVFP4 weight's quantization first, on the side stream: none waits for the layers
+    // before its own.
+    for (int l = 0; l < L; ++l) layer(l).lin->start_weight(seed, stream);
     for (int l = 0; l < L; ++l) forward_layer(l, seed);
     loss_and_output_gradient();
     for (int l = L - 1; l >= 0; --l) backward_layer(l, seed);

@@ -116,22 +116,29 @@ struct OptimizerLayers {
 __global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
                            unsigned long long* __restrict__ lost) {
   const OptimizerLayer y = ls.layer[blockIdx.y];
+  float* __restrict__ w = y.w;
+  float* __restrict__ m1 = y.m1;
+  const float* __restrict__ g = y.g;
   const float lr = p->lr;
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::sgd_update(y.w[i], y.m1[i], y.g[i], mu, lr, wd, decay != 0) ? 1 : 0;
+    count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
   }
   if (count) atomicAdd(lost + blockIdx.y, count);
 }
 
 __global__ void adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, unsigned long long* __restrict__ lost) {
   const OptimizerLayer y = ls.layer[blockIdx.y];
+  float* __restrict__ w = y.w;
+  float* __restrict__ m1 = y.m1;
+  float* __restrict__ m2 = y.m2;
+  const float* __restrict__ g = y.g;
   const AdamArgs a = p->adam;
   unsigned long long count = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::adamw_update(y.w[i], y.m1[i], y.m2[i], y.g[i], a) ? 1 : 0;
+    count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
   }
   if (count) atomicAdd(lost + blockIdx.y, count);
 }

@@ -124,16 +124,10 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   d.M = t.M, d.N = t.in, d.K = t.out, d.ld_k = t.out, d.d = t.dx;
   w.M = t.out, w.N = t.in, w.K = t.M, w.ld_k = t.M, w.d = t.dw;
   f.alpha = d.alpha = w.alpha = &kOne;
-  if (mode_ == Mode::Nvfp4) {
-    plan_nvfp4(f, d, w);
-    if (side_stream) {
-      side_ = side_stream;
-      check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate (weight fork)");
-      check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate (weight join)");
-    }
-  } else {
-    plan_cast(f, d, w);
-  }
+  if (mode_ == Mode::Nvfp4 && !side_stream)
+    throw std::invalid_argument("RecipeLinear: an NVFP4 layer needs a side stream for its weight");
+  if (mode_ == Mode::Nvfp4) plan_nvfp4(f, d, w);
+  else plan_cast(f, d, w);
   f.k_order = d.k_order = w.k_order = model_order;
   fprop_shape_ = f, dgrad_shape_ = d, wgrad_shape_ = w;
   if (mode_ == Mode::Fp32 && model_order) {
@@ -143,6 +137,14 @@ RecipeLinear::RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTens
   fprop_ = std::make_unique<LtPlan>(f, &lt);
   if (t.dx) dgrad_ = std::make_unique<LtPlan>(d, &lt);
   wgrad_ = std::make_unique<LtPlan>(w, &lt);
+  if (mode_ == Mode::Nvfp4) {  // last: nothing after it throws, so the destructor frees them
+    side_ = side_stream;
+    check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate (weight fork)");
+    if (cudaEventCreateWithFlags(&join_, cudaEventDisableTiming) != cudaSuccess) {
+      cudaEventDestroy(fork_);
+      throw std::runtime_error("CUDA error in cudaEventCreate (weight join)");
+    }
+  }
 }
 
 RecipeLinear::~RecipeLinear() {
@@ -266,23 +268,26 @@ void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
   }
 }
 
+void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
+  if (mode_ != Mode::Nvfp4 || weight_started_) return;
+  check(cudaEventRecord(fork_, stream), "cudaEventRecord (weight fork)");
+  check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent (weight fork)");
+  quantize_weight(seed, side_);
+  check(cudaEventRecord(join_, side_), "cudaEventRecord (weight join)");
+  weight_started_ = true;
+}
+
 // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
-// BF16 casts of X and W; then the Fprop GEMM. With a side stream the weight's quantization runs
-// beside X's (they share no buffer; their amaxes and SR draws do not depend on the order), which
-// halves the quantizers' latency on a small layer's critical path.
+// BF16 casts of X and W; then the Fprop GEMM. The weight's quantization runs on the side stream
+// (start_weight), beside X's: on a small model the quantizers' latency is the step's.
 void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
-    if (side_) {
-      check(cudaEventRecord(fork_, stream), "cudaEventRecord (weight fork)");
-      check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent (weight fork)");
-      quantize_weight(seed, side_);
-      check(cudaEventRecord(join_, side_), "cudaEventRecord (weight join)");
-    }
+    start_weight(seed, stream);
     y.dual(t_.x, t_.M, t_.in, *y.x, spec_of(OperandKind::Activation, GemmRole::Fprop, 0, seed),
            spec_of(OperandKind::Activation, GemmRole::Wgrad, 0, seed), device_seed_, stream);
-    if (side_) check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
-    else quantize_weight(seed, stream);
+    check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
+    weight_started_ = false;
     alphas(AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p}, AlphaPair{}, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.x, y.xb->p, t_.M * t_.in, stream);

@@ -59,15 +59,21 @@ class RecipeLinear {
   // recipe: the layer's GemmRecipe (bf16 or nvfp4 kinds), nullptr for fp32. device_seed: the
   // step's SR seed in device memory (read when the quantizers run). lt: the workspace the plans
   // will run with. model_order: see the file comment.
-  // side_stream: where an NVFP4 layer quantizes its weight while the main stream quantizes X
-  // (forked and joined by events, so a captured graph holds both branches); nullptr: all on
-  // the main stream. Shared by a trainer's layers, which run one after another.
+  // side_stream: where an NVFP4 layer quantizes its weight, off the main stream's path (forked
+  // and joined by events, so a captured graph holds both branches; the two share no buffer, and
+  // amaxes and SR draws do not depend on the order). Shared by a trainer's layers; required for
+  // NVFP4 (std::invalid_argument otherwise).
   RecipeLinear(int layer, const GemmRecipe* recipe, const LinearTensors& t, const std::uint64_t* device_seed,
-               const LtContext& lt, bool model_order = false, cudaStream_t side_stream = nullptr);
+               const LtContext& lt, bool model_order, cudaStream_t side_stream);
   ~RecipeLinear();
   RecipeLinear(const RecipeLinear&) = delete;
   RecipeLinear& operator=(const RecipeLinear&) = delete;
 
+  // Starts this step's weight quantization on the side stream, after the work already on
+  // `stream` (the previous step's update); a no-op but for NVFP4. A trainer calls it for every
+  // layer at the start of the step, so that no weight quantization waits for the layers
+  // before it; forward() starts it itself where it was not.
+  void start_weight(std::uint64_t seed, cudaStream_t stream);
   void forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
   void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
 
@@ -87,8 +93,9 @@ class RecipeLinear {
   const std::uint64_t* device_seed_;
   std::string path_;
   std::unique_ptr<Buffers> b_;
-  cudaStream_t side_ = nullptr;  // set for NVFP4 layers given a side stream
+  cudaStream_t side_ = nullptr;  // NVFP4: the weight's quantization
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool weight_started_ = false;  // start_weight ran this step, forward() has not joined it yet
   std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;  // null for an fp32 layer in model order:
   LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 

@@ -21,14 +21,16 @@ cudaGraphExec_t capture_step_graph(cudaStream_t stream, const std::function<void
       throw;
     }
     check(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
+    GraphShape s;
     try {
-      *shape = graph_shape(g);
+      s = graph_shape(g);
       check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
     } catch (...) {
       cudaGraphDestroy(g);
       throw;
     }
     cudaGraphDestroy(g);
+    *shape = s;
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string(e.what()) + " (capturing " + what + " as a CUDA graph)");
   }
