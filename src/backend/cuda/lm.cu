@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/step_graph.hpp"
 #include "backend/cuda/lm.hpp"
 #include "backend/cuda/lm_kernels.cuh"
@@ -506,8 +507,9 @@ struct LmCudaTrainer::Impl {
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (operands)");
   }
 
-  void backward_linear(int l, std::uint64_t seed, LmCudaOperands* ops) {
-    linear[static_cast<std::size_t>(l)]->backward(seed, stream, lt->get());
+  // dy_amax_done: the kernel that made dY left its quantization's amaxes (RecipeLinear).
+  void backward_linear(int l, std::uint64_t seed, LmCudaOperands* ops, bool dy_amax_done = false) {
+    linear[static_cast<std::size_t>(l)]->backward(seed, stream, lt->get(), dy_amax_done);
     if (ops) download_linear(l, ops);
   }
 
@@ -530,9 +532,17 @@ struct LmCudaTrainer::Impl {
         linear[static_cast<std::size_t>(l0 + 1)]->forward(seed, stream, lt->get());
       } else {
         linear[static_cast<std::size_t>(l0)]->forward(seed, stream, lt->get());
-        swiglu_forward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, k.f->p, M, F);
-        launch_check("swiglu_forward_kernel launch");
-        linear[static_cast<std::size_t>(l0 + 1)]->forward(seed, stream, lt->get());
+        // Where the down projection quantizes F as NVFP4, SwiGLU's kernel is that quantization's
+        // amax pass (dual_amax.cuh): F is read once less.
+        RecipeLinear& down = *linear[static_cast<std::size_t>(l0 + 1)];
+        const RecipeLinear::AmaxTarget t = down.amax_target(OperandKind::Activation, seed);
+        if (t.keys) {
+          launch_dual_amax(SwigluForwardPair{k.gu->p, k.f->p, F}, M, F, t.spec, t.keys, stream);
+        } else {
+          swiglu_forward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, k.f->p, M, F);
+          launch_check("swiglu_forward_kernel launch");
+        }
+        down.forward(seed, stream, lt->get(), t.keys != nullptr);
       }
       add(h->p, z->p, M * d);
     }
@@ -566,9 +576,15 @@ struct LmCudaTrainer::Impl {
         backward_linear(l0, seed, ops);
       } else {
         backward_linear(l0 + 1, seed, ops);  // down: dW_down, dF
-        swiglu_backward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, df->p, dgu->p, M, F);
-        launch_check("swiglu_backward_kernel launch");
-        backward_linear(l0, seed, ops);
+        // The gate-up projection's dY: its amax pass where it is quantized as NVFP4, as above.
+        const RecipeLinear::AmaxTarget t = linear[static_cast<std::size_t>(l0)]->amax_target(OperandKind::Gradient, seed);
+        if (t.keys) {
+          launch_dual_amax(SwigluBackwardPair{k.gu->p, df->p, dgu->p, F}, M, 2 * F, t.spec, t.keys, stream);
+        } else {
+          swiglu_backward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, df->p, dgu->p, M, F);
+          launch_check("swiglu_backward_kernel launch");
+        }
+        backward_linear(l0, seed, ops, t.keys != nullptr);
       }
       rmsnorm_backward(k.n->p, k.rinv->p, param(k.gain), grad(k.gain));
     }

@@ -404,6 +404,43 @@ __global__ void swiglu_backward_kernel(const float* __restrict__ gu, const float
   }
 }
 
+// The same as producers of dual_amax.cuh (the kernel that makes the down projection's X or the
+// gate-up projection's dY also computes the amaxes of its NVFP4 quantization): element pairs
+// (i, c), (i, c + 1), stored and returned; per element the expressions above.
+struct SwigluForwardPair {  // f, M x F
+  const float* gu;
+  float* f;
+  std::int64_t F;
+  __device__ __forceinline__ void operator()(std::int64_t i, std::int64_t c, float* a, float* b) const {
+    const float2 g = *reinterpret_cast<const float2*>(gu + i * 2 * F + c);
+    const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + c);
+    *a = mlp_math::silu(g.x) * u.x, *b = mlp_math::silu(g.y) * u.y;
+    *reinterpret_cast<float2*>(f + i * F + c) = make_float2(*a, *b);
+  }
+};
+struct SwigluBackwardPair {  // dgu, M x 2F: [dG | dU] per row (c < F: dG, else dU; F even)
+  const float* gu;
+  const float* df;
+  float* dgu;
+  std::int64_t F;
+  __device__ __forceinline__ void operator()(std::int64_t i, std::int64_t c, float* a, float* b) const {
+    const bool dg = c < F;
+    const std::int64_t j = dg ? c : c - F;
+    const float2 gg = *reinterpret_cast<const float2*>(gu + i * 2 * F + j);
+    const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + j);
+    const float2 dd = *reinterpret_cast<const float2*>(df + i * F + j);
+    const float s0 = mlp_math::sigmoid(gg.x), s1 = mlp_math::sigmoid(gg.y);
+    if (dg) {
+      *a = (dd.x * u.x) * mlp_math::silu_derivative(gg.x, s0);
+      *b = (dd.y * u.y) * mlp_math::silu_derivative(gg.y, s1);
+    } else {
+      *a = dd.x * (gg.x * s0);
+      *b = dd.y * (gg.y * s1);
+    }
+    *reinterpret_cast<float2*>(dgu + i * 2 * F + c) = make_float2(*a, *b);
+  }
+};
+
 // ---- loss ----
 // One thread per position: its loss term in double from the float logits (max, sum of exp in
 // ascending order, log) into terms[i] (tree_sum_kernel adds them in sim/lm.cpp's order), then

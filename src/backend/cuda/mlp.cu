@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/step_graph.hpp"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp.hpp"
@@ -186,35 +187,53 @@ struct MlpCudaTrainer::Impl {
 
   // ---- the step ----
 
-  // Z_l = H_l W_l^T, then H_{l+1} = act(Z_l) below the last layer.
-  void forward_layer(int l, std::uint64_t seed) {
-    layer(l).lin->forward(seed, stream, lt->get());
-    if (l + 1 < L) activation_forward(l);
+  // Z_l = H_l W_l^T, then H_{l+1} = act(Z_l) below the last layer. x_amax_done: the kernel that
+  // made H_l left the amaxes of its quantization. Returns whether act(Z_l)'s kernel did so
+  // for layer l + 1.
+  bool forward_layer(int l, std::uint64_t seed, bool x_amax_done) {
+    layer(l).lin->forward(seed, stream, lt->get(), x_amax_done);
+    return l + 1 < L && activation_forward(l, seed);
   }
 
-  // H_{l+1} = act(Z_l).
-  void activation_forward(int l) {
+  // H_{l+1} = act(Z_l). Where layer l + 1 quantizes H_{l+1} as NVFP4, the kernel is the amax
+  // pass of that quantization (dual_amax.cuh): H_{l+1} is read once less; returns true then.
+  bool activation_forward(int l, std::uint64_t seed) {
     const Layer& y = layer(l);
+    Layer& next = layer(l + 1);
+    const int gelu = spec.activation == Activation::Gelu;
+    const RecipeLinear::AmaxTarget t = next.lin->amax_target(OperandKind::Activation, seed);
+    if (t.keys) {
+      launch_dual_amax(ActForwardPair{y.z->p, next.h->p, y.out, gelu}, M, y.out, t.spec, t.keys, stream);
+      return true;
+    }
     const std::int64_t n = M * y.out;
-    act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, layers[static_cast<std::size_t>(l) + 1].h->p, n,
-                                                                  spec.activation == Activation::Gelu);
+    act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, next.h->p, n, gelu);
     launch_check("act_forward_kernel launch");
+    return false;
   }
 
   // dW_l = dZ_l^T H_l, then (above layer 0) dH_l = dZ_l W_l and dZ_{l-1} = dH_l act'(Z_{l-1}).
-  void backward_layer(int l, std::uint64_t seed) {
-    layer(l).lin->backward(seed, stream, lt->get());
-    if (l > 0) activation_backward(l);
+  // dy_amax_done and the result: as forward_layer's, for dZ_l and dZ_{l-1}.
+  bool backward_layer(int l, std::uint64_t seed, bool dy_amax_done) {
+    layer(l).lin->backward(seed, stream, lt->get(), dy_amax_done);
+    return l > 0 && activation_backward(l, seed);
   }
 
-  // dZ_{l-1} = dH_l act'(Z_{l-1}).
-  void activation_backward(int l) {
+  // dZ_{l-1} = dH_l act'(Z_{l-1}); the amax pass of layer l - 1's dY quantization where it has
+  // one (then true).
+  bool activation_backward(int l, std::uint64_t seed) {
     const Layer& y = layer(l);
+    Layer& prev = layer(l - 1);
+    const int gelu = spec.activation == Activation::Gelu;
+    const RecipeLinear::AmaxTarget t = prev.lin->amax_target(OperandKind::Gradient, seed);
+    if (t.keys) {
+      launch_dual_amax(ActBackwardPair{y.dh->p, prev.z->p, prev.dz->p, y.in, gelu}, M, y.in, t.spec, t.keys, stream);
+      return true;
+    }
     const std::int64_t n = M * y.in;
-    act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, layers[static_cast<std::size_t>(l) - 1].z->p,
-                                                                    layers[static_cast<std::size_t>(l) - 1].dz->p, n,
-                                                                    spec.activation == Activation::Gelu);
+    act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, prev.z->p, prev.dz->p, n, gelu);
     launch_check("act_backward_kernel launch");
+    return false;
   }
 
   // The loss of the last layer's output into loss_sum (a term per row, then their tree sum:
@@ -329,9 +348,11 @@ struct MlpCudaTrainer::Impl {
     // Every NVFP4 weight's quantization first, on the side stream: none waits for the layers
     // before its own.
     for (int l = 0; l < L; ++l) layer(l).lin->start_weight(seed, stream);
-    for (int l = 0; l < L; ++l) forward_layer(l, seed);
+    bool amax_done = false;  // the input batch and the loss gradient come without amaxes
+    for (int l = 0; l < L; ++l) amax_done = forward_layer(l, seed, amax_done);
     loss_and_output_gradient();
-    for (int l = L - 1; l >= 0; --l) backward_layer(l, seed);
+    amax_done = false;
+    for (int l = L - 1; l >= 0; --l) amax_done = backward_layer(l, seed, amax_done);
     if (ops) download_operands(ops);
     update();
     read_back_stats();

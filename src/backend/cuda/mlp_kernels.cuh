@@ -43,6 +43,35 @@ __global__ void act_backward_kernel(const float* __restrict__ dh, const float* _
     dz[i] = dh[i] * act_df(gelu, z[i]);
 }
 
+// The same as producers of dual_amax.cuh (the kernel that makes an NVFP4 layer's X or dY also
+// computes the amaxes of its quantization): element pairs (r, c), (r, c + 1) of a row-major
+// tensor with `cols` columns, stored and returned.
+struct ActForwardPair {
+  const float* z;
+  float* h;
+  std::int64_t cols;
+  int gelu;
+  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
+    const std::int64_t i = r * cols + c;
+    const float2 zz = *reinterpret_cast<const float2*>(z + i);
+    *a = act_f(gelu, zz.x), *b = act_f(gelu, zz.y);
+    *reinterpret_cast<float2*>(h + i) = make_float2(*a, *b);
+  }
+};
+struct ActBackwardPair {
+  const float* dh;
+  const float* z;
+  float* dz;
+  std::int64_t cols;
+  int gelu;
+  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
+    const std::int64_t i = r * cols + c;
+    const float2 d = *reinterpret_cast<const float2*>(dh + i), zz = *reinterpret_cast<const float2*>(z + i);
+    *a = d.x * act_df(gelu, zz.x), *b = d.y * act_df(gelu, zz.y);
+    *reinterpret_cast<float2*>(dz + i) = make_float2(*a, *b);
+  }
+};
+
 // The loss terms, one per row (sample), as sim/mlp.cpp computes them; tree_sum_kernel adds
 // them in model/tree_sum.hpp's order. One thread per row.
 // Regression: term_i = sum_j (double(Y) - double(T))^2 in ascending j; dZ = (Y - T) / (M out) in

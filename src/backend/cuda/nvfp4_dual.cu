@@ -24,9 +24,10 @@
 // backend's (--fmad=false; each fast form is checked against the shared one on all 2^32
 // inputs), with the element's index in its stored orientation as the Philox counter, so the
 // bits agree.
-// The amax kernel walks 16 x 64 tiles (column pairs, grid-stride, one resident wave of blocks)
-// and reduces |x| and |RHT(x)| with fmaxf (NaN ignored, exact in any order), one atomicMax per
-// key per block.
+// The amax pass is dual_amax.cuh's over the input as it is (a training step's producer kernel
+// can be that pass instead): 16 x 64 tiles (column pairs, grid-stride, one resident wave of
+// blocks), |x| and |RHT(x)| reduced with fmaxf (NaN ignored, exact in any order), one
+// atomicMax per key per block.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
@@ -49,7 +51,9 @@ namespace fp4d::cuda {
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = 32 * kWarps, kTileRows = 16, kTileCols = 64;  // 2 columns per lane
+// The tiles of the amax pass (dual_amax.cuh): the same walk, a warp per 16 x 64 tile.
+constexpr int kWarps = dual_tile::kWarps, kThreads = dual_tile::kThreads, kTileRows = dual_tile::kRows,
+              kTileCols = dual_tile::kCols;  // 2 columns per lane
 constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
 static_assert(kThreads == 256, "fill_encode_tables: one thread per code of each direction's 128-entry encode-scale table");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
@@ -59,63 +63,6 @@ static_assert(kThreads == 256, "fill_encode_tables: one thread per code of each 
 // kernel would spill (docs/performance.md).
 template <bool AnySr>
 constexpr int kQuantizeMinBlocks = AnySr ? 4 : 5;
-
-// Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
-__device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
-  const float2 v = __ldg(reinterpret_cast<const float2*>(p));
-  *a = v.x, *b = v.y;
-}
-__device__ __forceinline__ void load_pair(const std::uint16_t* p, float* a, float* b) {
-  const std::uint32_t v = __ldg(reinterpret_cast<const unsigned int*>(p));
-  *a = bits_float(v << 16), *b = bits_float(v & 0xffff0000u);  // BF16 -> float32, exact
-}
-
-// The RHT's sign vector as +-1.0f kernel arguments (operands of the first butterflies straight
-// from the constant bank) and its BF16 option.
-struct RhtArgs {
-  float sign[16];
-  bool bf16_output;
-};
-RhtArgs rht_args(const DualSpec& s) {
-  RhtArgs a{};
-  for (int i = 0; i < 16; ++i) a.sign[i] = ((s.rht_sign_mask >> i) & 1u) ? -1.0f : 1.0f;
-  a.bf16_output = s.rht_bf16_output;
-  return a;
-}
-
-// One stage of fwht_inplace (rht.hpp) at stride H.
-template <int H>
-__device__ __forceinline__ void butterflies(float* v) {
-#pragma unroll
-  for (int i = 0; i < 16; i += 2 * H)
-#pragma unroll
-    for (int j = i; j < i + H; ++j) {
-      const float a = v[j], b = v[j + H];
-      v[j] = a + b;
-      v[j + H] = a - b;
-    }
-}
-
-// rht.hpp's float32 order: x * s_i, butterflies, x (1/4), optional BF16. The sign products are
-// exact, so the first butterflies fold them in: fma(a, s_a, b * s_b) is the rounded
-// a * s_a + b * s_b, the same value as (a * s_a) + (b * s_b) (and fma(a, s_a, -(b * s_b)) the
-// difference), one instruction fewer per pair.
-__device__ __forceinline__ void rht16(float* v, const RhtArgs& s) {
-#pragma unroll
-  for (int j = 0; j < 16; j += 2) {
-    const float a = v[j], t = v[j + 1] * s.sign[j + 1];
-    v[j] = __fmaf_rn(a, s.sign[j], t);
-    v[j + 1] = __fmaf_rn(a, s.sign[j], -t);
-  }
-  butterflies<2>(v);
-  butterflies<4>(v);
-  butterflies<8>(v);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const float t = v[i] * 0.25f;  // rht_scale_f32(16), exact
-    v[i] = s.bf16_output ? bf16_round(t) : t;
-  }
-}
 
 // e2m1_sr(y, w, r.sr_bits, r.rng, index) without the clamp (e2m1_sr saturates every |y| >= 6,
 // Inf included, to 7 with y's sign, as the clamp to +-6 followed by e2m1_sr does; NaN -> 7 both
@@ -360,49 +307,6 @@ __device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, std::uint
   uint4* o = reinterpret_cast<uint4*>(out);
   o[0] = make_uint4(w[0], w[1], w[2], w[3]);
   o[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-// Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one
-// atomicMax per key per block (one per warp and tile made the same-address atomics the
-// bottleneck of this pass). fmaxf ignores NaN (its other operand is returned) and the values
-// are >= +0, so the maxima are the reference's max_ignore_nan; their bits are the keys.
-template <class T>
-__global__ void __launch_bounds__(kThreads) dual_amax_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols,
-                                                             bool rht, RhtArgs rs, std::uint32_t* keys) {
-  __shared__ float part[2][kWarps];
-  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t tiles_per_row = (cols + kTileCols - 1) / kTileCols, tiles = (rows / kTileRows) * tiles_per_row;
-  float ar = 0.0f, ac = 0.0f;
-  for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; tile < tiles;
-       tile += static_cast<std::int64_t>(gridDim.x) * kWarps) {
-    const std::int64_t r0 = (tile / tiles_per_row) * kTileRows, c = (tile % tiles_per_row) * kTileCols + 2 * lane;
-    if (c >= cols) continue;
-    float v[2][16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      load_pair(x + (r0 + i) * cols + c, &v[0][i], &v[1][i]);
-      ar = fmaxf(ar, fmaxf(fabsf(v[0][i]), fabsf(v[1][i])));
-    }
-    if (rht) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        rht16(v[j], rs);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) ac = fmaxf(ac, fabsf(v[j][i]));
-      }
-    }
-  }
-  if (!rht) ac = ar;
-  std::uint32_t kr = __reduce_max_sync(0xffffffffu, float_bits(ar));
-  std::uint32_t kc = __reduce_max_sync(0xffffffffu, float_bits(ac));
-  if (lane == 0) part[0][warp] = bits_float(kr), part[1][warp] = bits_float(kc);
-  __syncthreads();
-  if (threadIdx.x < 2) {
-    std::uint32_t m = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = max(m, float_bits(part[threadIdx.x][w]));
-    if (m) atomicMax(keys + threadIdx.x, m);
-  }
 }
 
 // The warp's shared tile: 16 rows of 64 elements as 16-byte chunks (BF16: 8 per row, float: 16).
@@ -694,26 +598,6 @@ void check_amax_buffers(const void* d_x, const std::uint32_t* d_keys) {
   check_buffer(keys_rule(d_keys));
 }
 
-// The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends
-// with one atomicMax per key).
-template <class T>
-unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
-  const std::int64_t tiles = (rows / kTileRows) * ((cols + kTileCols - 1) / kTileCols);
-  const std::int64_t need = (tiles + kWarps - 1) / kWarps;
-  thread_local int cached_device = -1, cached_resident = 0;  // per thread: runs quantize concurrently
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  if (dev != cached_device) {
-    int sms = 0, per_sm = 0;
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dual_amax_kernel<T>, kThreads, 0),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    cached_resident = std::max(1, sms * std::max(1, per_sm));
-    cached_device = dev;
-  }
-  return static_cast<unsigned>(std::min<std::int64_t>(need, cached_resident));
-}
-
 template <class T, bool Rht, bool RowSr, bool ColSr>
 void launch_quantize(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, const RhtArgs& rs,
                      const std::uint32_t* d_keys, const DualOutputs& out, cudaStream_t st) {
@@ -723,14 +607,6 @@ void launch_quantize(const T* d_x, std::int64_t rows, std::int64_t cols, const D
   else
     dual_quantize_kernel<T, Rht, RowSr, ColSr, false><<<blocks, kThreads, 0, st>>>(d_x, rows, cols, spec, rs, d_keys, out);
   check(cudaGetLastError(), "dual_quantize_kernel launch");
-}
-
-template <class T>
-void launch_amax_pass(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec, std::uint32_t* d_keys,
-                      cudaStream_t st) {
-  check(cudaMemsetAsync(d_keys, 0, 2 * sizeof(std::uint32_t), st), "cudaMemsetAsync (amax keys)");
-  dual_amax_kernel<T><<<amax_blocks<T>(rows, cols), kThreads, 0, st>>>(d_x, rows, cols, spec.col_rht, rht_args(spec), d_keys);
-  check(cudaGetLastError(), "dual_amax_kernel launch");
 }
 
 // One kernel per (RHT, rowwise SR, columnwise SR): each holds only the paths it runs.
@@ -758,7 +634,7 @@ void launch(const T* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& 
   check_shape(rows, cols);
   check_buffers(d_x, out, d_keys);
   const auto st = static_cast<cudaStream_t>(stream);
-  launch_amax_pass(d_x, rows, cols, spec, d_keys, st);
+  launch_dual_amax(LoadPair<T>{d_x, cols}, rows, cols, spec, d_keys, st);
   launch_quantize_pass(d_x, rows, cols, spec, out, d_keys, st);
 }
 
@@ -767,7 +643,7 @@ void launch_amax_only(const T* d_x, std::int64_t rows, std::int64_t cols, const 
                       void* stream) {
   check_shape(rows, cols);
   check_amax_buffers(d_x, d_keys);
-  launch_amax_pass(d_x, rows, cols, spec, d_keys, static_cast<cudaStream_t>(stream));
+  launch_dual_amax(LoadPair<T>{d_x, cols}, rows, cols, spec, d_keys, static_cast<cudaStream_t>(stream));
 }
 
 template <class T>

@@ -98,15 +98,14 @@ struct RecipeLinear::Buffers {
   Buf<std::uint32_t> w2d_key;
   Buf<float> alpha;  // {fprop alpha, 0, dgrad alpha, 0, wgrad alpha, 0}
 
-  void dual(const float* src, std::int64_t rows, std::int64_t cols, NvDual& q, const QuantSpec& row,
-            const QuantSpec& col, const std::uint64_t* device_seed, cudaStream_t stream) {
-    DualSpec ds = dual_spec_of(row, col);
-    ds.device_seed = device_seed;  // = row's and col's seed (spec_of gives both the step's)
+  // amax_done: q.keys already hold the amaxes (a producer's pass); else the amax pass first.
+  void dual(const float* src, std::int64_t rows, std::int64_t cols, NvDual& q, const DualSpec& ds, cudaStream_t stream,
+            bool amax_done = false) {
     // The BF16 decodes (the GEMMs' operands) come from the same pass.
-    nvfp4_quantize_dual_device(src, rows, cols, ds,
-                               DualOutputs{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p,
-                                           q.row.bf16->p, q.col.bf16->p},
-                               q.keys->p, stream);
+    const DualOutputs out{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p,
+                          q.row.bf16->p,  q.col.bf16->p};
+    if (amax_done) nvfp4_quantize_dual_quantize_pass(src, rows, cols, ds, out, q.keys->p, stream);
+    else nvfp4_quantize_dual_device(src, rows, cols, ds, out, q.keys->p, stream);
   }
 };
 
@@ -241,15 +240,38 @@ QuantSpec RecipeLinear::spec_of(OperandKind k, GemmRole role, int operand, std::
 std::string RecipeLinear::graph_blocker() const {
   if (mode_ != Mode::Nvfp4) return "";
   // The columnwise (Wgrad) sides of X and dY, as forward and backward make them.
-  const auto signs = [&](OperandKind k, GemmRole row_role, int col_operand, std::uint64_t seed) {
-    return dual_spec_of(spec_of(k, row_role, 0, seed), spec_of(k, GemmRole::Wgrad, col_operand, seed)).rht_sign_mask;
-  };
-  if (signs(OperandKind::Activation, GemmRole::Fprop, 0, 1) != signs(OperandKind::Activation, GemmRole::Fprop, 0, 2) ||
-      signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 1) != signs(OperandKind::Gradient, GemmRole::Dgrad, 1, 2))
+  const auto signs = [&](OperandKind k, std::uint64_t seed) { return dual_spec(k, seed).rht_sign_mask; };
+  if (signs(OperandKind::Activation, 1) != signs(OperandKind::Activation, 2) ||
+      signs(OperandKind::Gradient, 1) != signs(OperandKind::Gradient, 2))
     return "the RHT signs depend on the step's seed";
   if (b_->w2d && spec_of(OperandKind::Weight, GemmRole::Fprop, 1, 0).rounding.mode == Rounding::Stochastic)
     return "stochastic rounding of 16x16 weights takes its seed as a launch argument";
   return "";
+}
+
+// The rowwise + columnwise quantization of X (Fprop / Wgrad), dY (Dgrad / Wgrad) or W without
+// 2D (Fprop / Dgrad), both sides in the NT form RecipeGemm quantizes, with the step's SR seed
+// read from device memory.
+DualSpec RecipeLinear::dual_spec(OperandKind k, std::uint64_t seed) const {
+  DualSpec ds;
+  switch (k) {
+    case OperandKind::Activation:
+      ds = dual_spec_of(spec_of(k, GemmRole::Fprop, 0, seed), spec_of(k, GemmRole::Wgrad, 0, seed));
+      break;
+    case OperandKind::Gradient:
+      ds = dual_spec_of(spec_of(k, GemmRole::Dgrad, 0, seed), spec_of(k, GemmRole::Wgrad, 1, seed));
+      break;
+    case OperandKind::Weight:
+      ds = dual_spec_of(spec_of(k, GemmRole::Fprop, 1, seed), spec_of(k, GemmRole::Dgrad, 1, seed));
+      break;
+  }
+  ds.device_seed = device_seed_;  // = both sides' seed (spec_of gives both the step's)
+  return ds;
+}
+
+RecipeLinear::AmaxTarget RecipeLinear::amax_target(OperandKind k, std::uint64_t seed) const {
+  if (mode_ != Mode::Nvfp4 || k == OperandKind::Weight) return {};
+  return AmaxTarget{(k == OperandKind::Activation ? b_->x : b_->dy)->keys->p, dual_spec(k, seed)};
 }
 
 // NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
@@ -263,8 +285,7 @@ void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
                                           wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p, y.w2d->scales->p,
                                           stream, y.w2d->bf16->p, y.w2d_global->p);
   } else {
-    y.dual(t_.w, t_.out, t_.in, *y.w_dual, wf, spec_of(OperandKind::Weight, GemmRole::Dgrad, 1, seed), device_seed_,
-           stream);
+    y.dual(t_.w, t_.out, t_.in, *y.w_dual, dual_spec(OperandKind::Weight, seed), stream);
   }
 }
 
@@ -280,12 +301,11 @@ void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
 // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
 // BF16 casts of X and W; then the Fprop GEMM. The weight's quantization runs on the side stream
 // (start_weight), beside X's: on a small model the quantizers' latency is the step's.
-void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
+void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
     start_weight(seed, stream);
-    y.dual(t_.x, t_.M, t_.in, *y.x, spec_of(OperandKind::Activation, GemmRole::Fprop, 0, seed),
-           spec_of(OperandKind::Activation, GemmRole::Wgrad, 0, seed), device_seed_, stream);
+    y.dual(t_.x, t_.M, t_.in, *y.x, dual_spec(OperandKind::Activation, seed), stream, x_amax_done);
     check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
     weight_started_ = false;
     alphas(AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p}, AlphaPair{}, stream);
@@ -298,11 +318,10 @@ void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtCont
 
 // The dY operands of Dgrad and Wgrad (NVFP4 dY with both GEMMs' alphas, or the BF16 cast),
 // then Wgrad and, where the layer has one, Dgrad.
-void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt) {
+void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
-    y.dual(t_.dy, t_.M, t_.out, *y.dy, spec_of(OperandKind::Gradient, GemmRole::Dgrad, 0, seed),
-           spec_of(OperandKind::Gradient, GemmRole::Wgrad, 1, seed), device_seed_, stream);
+    y.dual(t_.dy, t_.M, t_.out, *y.dy, dual_spec(OperandKind::Gradient, seed), stream, dy_amax_done);
     const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
     alphas(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
            AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4}, stream);

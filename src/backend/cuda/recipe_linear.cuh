@@ -36,6 +36,7 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/cuda/mlp_operands.hpp"
+#include "backend/cuda/nvfp4_dual.hpp"
 #include "quant/nvfp4_math.hpp"
 #include "quant/training_recipe.hpp"
 
@@ -74,8 +75,20 @@ class RecipeLinear {
   // layer at the start of the step, so that no weight quantization waits for the layers
   // before it; forward() starts it itself where it was not.
   void start_weight(std::uint64_t seed, cudaStream_t stream);
-  void forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
-  void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt);
+  // x_amax_done / dy_amax_done: the kernel that made X / dY this step already left the amax
+  // keys of its quantization (amax_target, dual_amax.cuh), so the quantizer skips its own
+  // amax pass, a full read of the tensor.
+  void forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done = false);
+  void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done = false);
+
+  // Where the producer of this step's X (Activation) or dY (Gradient) leaves the amax keys of
+  // its NVFP4 quantization, and the spec they are computed under (its RHT); keys = nullptr
+  // where the layer does not quantize that operand as NVFP4 (the producer then only writes it).
+  struct AmaxTarget {
+    std::uint32_t* keys = nullptr;
+    DualSpec spec{};
+  };
+  AmaxTarget amax_target(OperandKind k, std::uint64_t seed) const;
 
   Mode mode() const { return mode_; }
   const std::string& path() const { return path_; }  // one line: how the GEMMs run
@@ -100,6 +113,7 @@ class RecipeLinear {
   LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 
   QuantSpec spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const;
+  DualSpec dual_spec(OperandKind k, std::uint64_t seed) const;  // X's or dY's, as quantized
   void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
   void plan_cast(LtGemm& f, LtGemm& d, LtGemm& w);
   void quantize_weight(std::uint64_t seed, cudaStream_t stream);

@@ -1,0 +1,177 @@
+// The amax pass of the rowwise + columnwise NVFP4 quantization (nvfp4_dual.hpp) over a tensor
+// as a producer makes it (.cu files only). The keys are max |x| and max |RHT_16(x)| along the
+// columns: the two global scales' amaxes, which every block scale needs before any element can
+// be rounded, so the quantizer's own pass reads the whole tensor once more. The kernel that
+// writes the tensor (an activation, its gradient: element-wise work) can instead be this pass:
+// it walks the tensor in the quantizer's 16 x 64 tiles, so each lane holds the 16 values of a
+// column block the RHT needs, and the tensor is read once less. The keys are the same bits
+// whatever the producer: maxima are exact in any order, and the RHT is the quantizer's rht16.
+// A producer is a functor: produce(r, c, &a, &b) makes elements (r, c) and (r, c + 1) (c even),
+// stores them where the tensor lives, and returns their values in a and b.
+// Internal linkage: each translation unit gets its own copy.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/nvfp4_dual.hpp"
+#include "format/bf16.hpp"
+#include "format/hd.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+namespace dual_tile {
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kRows = 16, kCols = 64;  // 2 columns per lane
+}  // namespace dual_tile
+
+// Two adjacent elements (c even, cols even: 4- / 8-byte aligned) in one load.
+__device__ __forceinline__ void load_pair(const float* p, float* a, float* b) {
+  const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+  *a = v.x, *b = v.y;
+}
+__device__ __forceinline__ void load_pair(const std::uint16_t* p, float* a, float* b) {
+  const std::uint32_t v = __ldg(reinterpret_cast<const unsigned int*>(p));
+  *a = bits_float(v << 16), *b = bits_float(v & 0xffff0000u);  // BF16 -> float32, exact
+}
+
+// The quantizer's own producer: the tensor as it is (float32 or BF16 bits, row-major).
+template <class T>
+struct LoadPair {
+  const T* x;
+  std::int64_t cols;
+  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
+    load_pair(x + r * cols + c, a, b);
+  }
+};
+
+// The RHT's sign vector as +-1.0f kernel arguments (operands of the first butterflies straight
+// from the constant bank) and its BF16 option.
+struct RhtArgs {
+  float sign[16];
+  bool bf16_output;
+};
+RhtArgs rht_args(const DualSpec& s) {
+  RhtArgs a{};
+  for (int i = 0; i < 16; ++i) a.sign[i] = ((s.rht_sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+  a.bf16_output = s.rht_bf16_output;
+  return a;
+}
+
+// One stage of fwht_inplace (rht.hpp) at stride H.
+template <int H>
+__device__ __forceinline__ void butterflies(float* v) {
+#pragma unroll
+  for (int i = 0; i < 16; i += 2 * H)
+#pragma unroll
+    for (int j = i; j < i + H; ++j) {
+      const float a = v[j], b = v[j + H];
+      v[j] = a + b;
+      v[j + H] = a - b;
+    }
+}
+
+// rht.hpp's float32 order: x * s_i, butterflies, x (1/4), optional BF16. The sign products are
+// exact, so the first butterflies fold them in: fma(a, s_a, b * s_b) is the rounded
+// a * s_a + b * s_b, the same value as (a * s_a) + (b * s_b) (and fma(a, s_a, -(b * s_b)) the
+// difference), one instruction fewer per pair.
+__device__ __forceinline__ void rht16(float* v, const RhtArgs& s) {
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    const float a = v[j], t = v[j + 1] * s.sign[j + 1];
+    v[j] = __fmaf_rn(a, s.sign[j], t);
+    v[j + 1] = __fmaf_rn(a, s.sign[j], -t);
+  }
+  butterflies<2>(v);
+  butterflies<4>(v);
+  butterflies<8>(v);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float t = v[i] * 0.25f;  // rht_scale_f32(16), exact
+    v[i] = s.bf16_output ? bf16_round(t) : t;
+  }
+}
+
+// Grid-stride over the tiles, |x| and |RHT(x)| reduced in the warp, then in the block, then one
+// atomicMax per key per block (one per warp and tile made the same-address atomics the
+// bottleneck of this pass). fmaxf ignores NaN (its other operand is returned) and the values
+// are >= +0, so the maxima are the reference's max_ignore_nan; their bits are the keys.
+template <class Produce>
+__global__ void __launch_bounds__(dual_tile::kThreads) dual_amax_kernel(Produce produce, std::int64_t rows, std::int64_t cols,
+                                                                        bool rht, RhtArgs rs, std::uint32_t* keys) {
+  constexpr int kWarps = dual_tile::kWarps, kRows = dual_tile::kRows, kCols = dual_tile::kCols;
+  __shared__ float part[2][kWarps];
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t tiles_per_row = (cols + kCols - 1) / kCols, tiles = (rows / kRows) * tiles_per_row;
+  float ar = 0.0f, ac = 0.0f;
+  for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; tile < tiles;
+       tile += static_cast<std::int64_t>(gridDim.x) * kWarps) {
+    const std::int64_t r0 = (tile / tiles_per_row) * kRows, c = (tile % tiles_per_row) * kCols + 2 * lane;
+    if (c >= cols) continue;
+    float v[2][16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      produce(r0 + i, c, &v[0][i], &v[1][i]);
+      ar = fmaxf(ar, fmaxf(fabsf(v[0][i]), fabsf(v[1][i])));
+    }
+    if (rht) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        rht16(v[j], rs);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) ac = fmaxf(ac, fabsf(v[j][i]));
+      }
+    }
+  }
+  if (!rht) ac = ar;
+  std::uint32_t kr = __reduce_max_sync(0xffffffffu, float_bits(ar));
+  std::uint32_t kc = __reduce_max_sync(0xffffffffu, float_bits(ac));
+  if (lane == 0) part[0][warp] = bits_float(kr), part[1][warp] = bits_float(kc);
+  __syncthreads();
+  if (threadIdx.x < 2) {
+    std::uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, float_bits(part[threadIdx.x][w]));
+    if (m) atomicMax(keys + threadIdx.x, m);
+  }
+}
+
+// The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends
+// with one atomicMax per key).
+template <class Produce>
+unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t tiles = (rows / dual_tile::kRows) * ((cols + dual_tile::kCols - 1) / dual_tile::kCols);
+  const std::int64_t need = (tiles + dual_tile::kWarps - 1) / dual_tile::kWarps;
+  thread_local int cached_device = -1, cached_resident = 0;  // per thread: runs quantize concurrently
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev != cached_device) {
+    int sms = 0, per_sm = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dual_amax_kernel<Produce>, dual_tile::kThreads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    cached_resident = std::max(1, sms * std::max(1, per_sm));
+    cached_device = dev;
+  }
+  return static_cast<unsigned>(std::min<std::int64_t>(need, cached_resident));
+}
+
+// The amax pass over what `produce` makes (rows x cols, multiples of 16): zeroes keys[0..1],
+// then leaves max |x| and, with spec.col_rht, max |RHT_16(x)| along the columns there (else
+// max |x| twice). Asynchronous on st.
+template <class Produce>
+void launch_dual_amax(const Produce& produce, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
+                      std::uint32_t* keys, cudaStream_t st) {
+  check(cudaMemsetAsync(keys, 0, 2 * sizeof(std::uint32_t), st), "cudaMemsetAsync (amax keys)");
+  dual_amax_kernel<Produce><<<amax_blocks<Produce>(rows, cols), dual_tile::kThreads, 0, st>>>(
+      produce, rows, cols, spec.col_rht, rht_args(spec), keys);
+  check(cudaGetLastError(), "dual_amax_kernel launch");
+}
+
+}  // namespace
+
+}  // namespace fp4d::cuda
