@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
@@ -166,6 +168,10 @@ unsigned amax_blocks(std::int64_t rows, std::int64_t cols) {
 template <class Produce>
 void launch_dual_amax(const Produce& produce, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
                       std::uint32_t* keys, cudaStream_t st) {
+  // Whole 16 x 16 blocks only: the walk would leave a partial row block unmade.
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
+    throw std::invalid_argument("dual NVFP4 amax pass: rows and cols must be positive multiples of 16 (got " +
+                                std::to_string(rows) + " x " + std::to_string(cols) + ")");
   check(cudaMemsetAsync(keys, 0, 2 * sizeof(std::uint32_t), st), "cudaMemsetAsync (amax keys)");
   dual_amax_kernel<Produce><<<amax_blocks<Produce>(rows, cols), dual_tile::kThreads, 0, st>>>(
       produce, rows, cols, spec.col_rht, rht_args(spec), keys);

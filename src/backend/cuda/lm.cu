@@ -167,6 +167,7 @@ struct LmCudaTrainer::Impl {
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    if (side) cudaStreamSynchronize(side);  // a step that threw between a fork and its join
     if (graph) cudaGraphExecDestroy(graph);
     linear.clear();
     lt.reset();
@@ -605,7 +606,7 @@ struct LmCudaTrainer::Impl {
     launch_check("clip_kernel launch");
     check(cudaMemsetAsync(lost->p, 0, info.size() * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
     // Every parameter in one launch (a small model's step is bound by its launches).
-    const auto grid = static_cast<unsigned>(std::min<std::int64_t>(norm_chunks, 65535));  // a block per chunk
+    const auto grid = static_cast<unsigned>(std::clamp<std::int64_t>(norm_chunks, 1, 65535));  // a block per chunk
     lm_adamw_kernel<<<grid, kNormChunk, 0, stream>>>(
         P->p, m1->p, m2->p, G->p, norm_start->p, norm_count->p, chunk_param->p, param_decay->p, norm_chunks, params->p,
         clip->p, lost->p);

@@ -427,10 +427,10 @@ struct SwigluBackwardPair {  // dgu, M x 2F: [dG | dU] per row (c < F: dG, else 
     const bool dg = c < F;
     const std::int64_t j = dg ? c : c - F;
     const float2 gg = *reinterpret_cast<const float2*>(gu + i * 2 * F + j);
-    const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + j);
     const float2 dd = *reinterpret_cast<const float2*>(df + i * F + j);
     const float s0 = mlp_math::sigmoid(gg.x), s1 = mlp_math::sigmoid(gg.y);
     if (dg) {
+      const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + j);
       *a = (dd.x * u.x) * mlp_math::silu_derivative(gg.x, s0);
       *b = (dd.y * u.y) * mlp_math::silu_derivative(gg.y, s1);
     } else {

@@ -111,6 +111,7 @@ struct MlpCudaTrainer::Impl {
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    if (side) cudaStreamSynchronize(side);  // a step that threw between a fork and its join
     if (graph) cudaGraphExecDestroy(graph);
     layers.clear();
     lt.reset();

@@ -290,7 +290,9 @@ void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
 }
 
 void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
-  if (mode_ != Mode::Nvfp4 || weight_started_) return;
+  // Always a fresh fork (not skipped where the flag is set): a step that threw between the two
+  // left the flag set for a quantization that belongs to it.
+  if (mode_ != Mode::Nvfp4) return;
   check(cudaEventRecord(fork_, stream), "cudaEventRecord (weight fork)");
   check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent (weight fork)");
   quantize_weight(seed, side_);
@@ -304,7 +306,7 @@ void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
 void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
-    start_weight(seed, stream);
+    if (!weight_started_) start_weight(seed, stream);
     y.dual(t_.x, t_.M, t_.in, *y.x, dual_spec(OperandKind::Activation, seed), stream, x_amax_done);
     check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
     weight_started_ = false;

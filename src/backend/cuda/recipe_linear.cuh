@@ -72,8 +72,9 @@ class RecipeLinear {
 
   // Starts this step's weight quantization on the side stream, after the work already on
   // `stream` (the previous step's update); a no-op but for NVFP4. A trainer calls it for every
-  // layer at the start of the step, so that no weight quantization waits for the layers
-  // before it; forward() starts it itself where it was not.
+  // layer at the start of each step, so that no weight quantization waits for the layers
+  // before it; forward() joins it (and starts it itself where nothing did since the last
+  // forward()).
   void start_weight(std::uint64_t seed, cudaStream_t stream);
   // x_amax_done / dy_amax_done: the kernel that made X / dY this step already left the amax
   // keys of its quantization (amax_target, dual_amax.cuh), so the quantizer skips its own
