@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +42,15 @@ class DeviceBuffer {
     if (n) check(cudaMemcpy(h, p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
   }
 };
+
+// An owned DeviceBuffer, as the resident steps hold theirs (members made in their
+// constructors); buf(n) allocates max(n, 0) elements, naming `what` in an error.
+template <class T>
+using Buf = std::unique_ptr<DeviceBuffer<T>>;
+template <class T>
+Buf<T> buf(std::int64_t n, const char* what) {
+  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
+}
 
 // Two events for timing on the default stream; ms() waits for the second.
 struct EventPair {

@@ -30,13 +30,6 @@ namespace fp4d::cuda {
 
 namespace {
 
-template <class T>
-using Buf = std::unique_ptr<DeviceBuffer<T>>;
-template <class T>
-Buf<T> buf(std::int64_t n, const char* what) {
-  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
-}
-
 // The cached activations of one block (what its backward reads).
 struct Block {
   LmBlockKind kind = LmBlockKind::Attention;

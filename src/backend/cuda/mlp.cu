@@ -25,13 +25,6 @@ namespace fp4d::cuda {
 
 namespace {
 
-template <class T>
-using Buf = std::unique_ptr<DeviceBuffer<T>>;
-template <class T>
-Buf<T> buf(std::int64_t n, const char* what) {
-  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
-}
-
 struct Layer {
   std::int64_t in = 0, out = 0;
   Buf<float> w, m1, m2, dw, h, z, dz, dh;

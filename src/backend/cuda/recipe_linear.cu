@@ -35,13 +35,6 @@ __global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
   if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
 }
 
-template <class T>
-using Buf = std::unique_ptr<DeviceBuffer<T>>;
-template <class T>
-Buf<T> buf(std::int64_t n, const char* what) {
-  return std::make_unique<DeviceBuffer<T>>(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), what);
-}
-
 // One NVFP4 quantization's device outputs (1x16 rowwise/columnwise or 16x16).
 struct NvQuant {
   Buf<std::uint8_t> codes, scales;
