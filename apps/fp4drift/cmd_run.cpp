@@ -272,6 +272,20 @@ int interrupted_exit(const std::string& out) {
 
 void print_note(const std::string& line) { std::fprintf(stderr, "fp4drift run: %s\n", line.c_str()); }
 
+// What every long run is told the same way: its trace, its provenance, the stop flag, notes.
+void fill_run_control(RunControl& ctl, const RunArgs& a, const Config& cfg, const Backend& backend,
+                      const std::string& command_line) {
+  ctl.path = a.out;
+  ctl.config_text = cfg.text();
+  ctl.config_source = a.config;
+  ctl.command_line = command_line;
+  ctl.resume = a.resume;
+  ctl.backend = a.backend;
+  ctl.device = backend.device_identity();
+  ctl.stop = &g_stop;
+  ctl.note = print_note;
+}
+
 // [recipes] accumulator on a device: the device accumulates as its hardware does, so a config
 // may call that sm90 (on an sm_90 GPU: one config then describes the CPU run that models it and
 // the GPU run) but not exact.
@@ -293,17 +307,9 @@ int run_mlp_workload(const RunArgs& a, Config& cfg, const std::string& command_l
   cfg.finish();
   check_accumulator_on_backend(spec.accumulator, backend);
   MlpRunControl ctl;
-  ctl.path = a.out;
-  ctl.config_text = cfg.text();
-  ctl.config_source = a.config;
-  ctl.command_line = command_line;
-  ctl.resume = a.resume;
-  ctl.backend = a.backend;
-  ctl.device = backend.device_identity();
+  fill_run_control(ctl, a, cfg, backend, command_line);
   ctl.backend_is_device = backend.is_device();
-  ctl.stop = &g_stop;
   if (a.concurrent_runs != "auto") ctl.concurrent_runs = a.concurrent_runs == "on";
-  ctl.note = print_note;
   if (backend.is_device()) {
     ctl.product = backend.gemm_product({});
     ctl.trainer = backend.trainer_factory(trainer_options(a));
@@ -399,18 +405,10 @@ int run_lm_workload(const RunArgs& a, Config& cfg, const std::string& command_li
   cfg.finish();
   check_accumulator_on_backend(spec.accumulator, backend);
   LmRunControl ctl;
-  ctl.path = a.out;
-  ctl.config_text = cfg.text();
-  ctl.config_source = a.config;
-  ctl.command_line = command_line;
-  ctl.resume = a.resume;
-  ctl.backend = a.backend;
-  ctl.device = backend.device_identity();
-  ctl.stop = &g_stop;
-  ctl.note = print_note;
+  fill_run_control(ctl, a, cfg, backend, command_line);
   ctl.trainer = backend.lm_trainer_factory(trainer_options(a));
   Progress progress;
-  if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t n) { progress(d, n); };
+  if (!a.json) ctl.progress = [&](std::int64_t d, std::int64_t t) { progress(d, t); };
   LmRunSummary summary;
   bool interrupted = false;
   {

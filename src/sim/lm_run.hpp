@@ -47,6 +47,7 @@
 #include "model/lm_spec.hpp"
 #include "model/lm_trainer.hpp"
 #include "sim/mlp_precision.hpp"
+#include "sim/run_control.hpp"
 #include "sim/token_source.hpp"
 #include "trace/token_file.hpp"
 #include "trace/device_identity.hpp"
@@ -85,16 +86,8 @@ std::vector<int> lm_run_high_precision_linears(const LmRunSpec& spec);
 // The first step that trains in bf16 (steps when never).
 std::int64_t lm_switch_step(const LmRunSpec& spec);
 
-struct LmRunControl {
-  std::string path;  // the trace
-  std::string config_text, config_source, command_line;
-  bool resume = false;
-  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: flush and return
-  std::function<void(std::int64_t, std::int64_t)> progress;  // (step done, total)
+struct LmRunControl : RunControl {
   LmTrainerFactory trainer;  // the backend's (empty: the CPU trainer)
-  std::string backend = "cpu";
-  DeviceIdentity device;  // the backend's device, for the trace (Backend::device_identity)
-  std::function<void(const std::string&)> note;  // one line each
 };
 
 enum class LmRunOutcome { Complete, Interrupted };

@@ -39,6 +39,7 @@
 #include "sim/lp_trainer.hpp"
 #include "sim/mlp.hpp"
 #include "sim/mlp_precision.hpp"
+#include "sim/run_control.hpp"
 #include "model/recipe_gemm.hpp"
 #include "trace/device_identity.hpp"
 #include "trace/run_metrics.hpp"
@@ -65,19 +66,11 @@ struct MlpRunSpec {
 // Reads [mlp], [recipes], [reference], [trace] (every key checked); steps > 0 overrides.
 MlpRunSpec parse_mlp_run(Config& cfg, std::int64_t steps = 0);
 
-struct MlpRunControl {
-  std::string path;                      // the trace
-  std::string config_text, config_source, command_line;
-  bool resume = false;
-  const std::atomic<bool>* stop = nullptr;  // set by a signal handler: flush and return
-  // Progress: called after each written record with (step done, total steps).
-  std::function<void(std::int64_t, std::int64_t)> progress;
+struct MlpRunControl : RunControl {
   QuantizedProduct product;              // the backend's GEMM (empty: CPU emulation)
   // Makes the low-precision runs (empty: make_cpu_trainer with `product`). The local-error
   // probe always runs on the host (quantize_cpu, `product`).
   TrainerFactory trainer;
-  std::string backend = "cpu";  // the backend's name, for the trace
-  DeviceIdentity device;        // the backend's device, for the trace (Backend::device_identity)
   // That backend's Backend::is_device(), filled by the caller from the Backend object: sim/ is
   // below the seam (backend/backend.hpp) and cannot look the name up.
   bool backend_is_device = false;
@@ -85,8 +78,6 @@ struct MlpRunControl {
   // can and prefers to; true: when every trainer can (LowPrecisionTrainer). The trace does not
   // depend on it (the root attribute concurrent_runs says which way this attempt went).
   std::optional<bool> concurrent_runs;
-  // Notes for the user (a request that cannot be honoured as asked), one line each.
-  std::function<void(const std::string&)> note;
 };
 
 enum class MlpRunOutcome { Complete, Interrupted };
