@@ -134,6 +134,22 @@ TEST_CASE("Dual NVFP4: legacy rule, BF16 RHT output and random signs") {
   compare(bf16_values(x), row, col, true);
 }
 
+TEST_CASE("Dual NVFP4 writes the GEMMs' alphas {fl(s_dec * partner s_dec), 0} of both sides") {
+  // The partners' decode scales as an emulated GEMM's other operand would have them (any
+  // floats; these make the products round), against the products of the CPU's global scales.
+  const Matrix x = input(64, 80, false);
+  const QuantSpec row = preset("nvfp4").spec, col = preset("nvfp4-rht").spec;
+  const GlobalScale partners[2] = {{1.0f / 3.0f, 3.0f}, {7.0f, 1.0f / 7.0f}};
+  const cuda::DualHostResult g = cuda::nvfp4_quantize_dual_cuda(x, row, col, false, true, partners);
+  const QuantizedTensor r = quantize_cpu(x, row), c = quantize_cpu(x, col);
+  const float want_row = r.global.decode * partners[0].decode, want_col = c.global.decode * partners[1].decode;
+  CHECK(same_bits(g.row_alpha[0], want_row));
+  CHECK(same_bits(g.col_alpha[0], want_col));
+  CHECK(g.row_alpha[1] == 0.0f);
+  CHECK(g.col_alpha[1] == 0.0f);
+  CHECK(!same_bits(want_row, want_col));  // the two sides' factors are not mixed up unnoticed
+}
+
 TEST_CASE("Dual NVFP4: the kernel's fast SR conversions equal e2m1_sr on all 2^32 inputs") {
   // Per input: a random word, the tie word F = floor(f * 2^32), its neighbours, 0 and ~0, and
   // the edges of the FMA-pipe form's band (F & ~511, one below, +511, +512); exact SR (the tie

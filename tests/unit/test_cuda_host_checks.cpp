@@ -72,6 +72,16 @@ TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before 
     CHECK(refusal(col) == "dual NVFP4 quantization: the column BF16 decode buffer must be 16-byte aligned (its address is "
                           "2 bytes past a multiple)");
   }
+  SECTION("an alpha without its partner's global scale, or misaligned") {
+    Buffers row;
+    row.out.row_alpha = fake<float>(10u << 20);
+    CHECK(refusal(row) == "dual NVFP4 quantization: no row alpha's partner global scale buffer (null)");
+    Buffers col;
+    col.out.col_alpha = fake<float>((10u << 20) + 2);
+    col.out.col_alpha_partner = fake<GlobalScale>(11u << 20);
+    CHECK(refusal(col) == "dual NVFP4 quantization: the column alpha buffer must be 4-byte aligned (its address is 2 "
+                          "bytes past a multiple)");
+  }
   SECTION("no amax keys") {
     b.keys = nullptr;
     CHECK(refusal(b) == "dual NVFP4 quantization: no amax keys buffer (null)");

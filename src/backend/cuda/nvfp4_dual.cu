@@ -406,7 +406,11 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   if (threadIdx.x == 0) {
     sh.g[0] = nvfp4_global_scale(bits_float(keys[0]));
     sh.g[1] = nvfp4_global_scale(bits_float(keys[1]));
-    if (blockIdx.x == 0) out.globals[0] = sh.g[0], out.globals[1] = sh.g[1];
+    if (blockIdx.x == 0) {
+      out.globals[0] = sh.g[0], out.globals[1] = sh.g[1];
+      if (out.row_alpha) out.row_alpha[0] = sh.g[0].decode * out.row_alpha_partner->decode, out.row_alpha[1] = 0.0f;
+      if (out.col_alpha) out.col_alpha[0] = sh.g[1].decode * out.col_alpha_partner->decode, out.col_alpha[1] = 0.0f;
+    }
     if (spec.device_seed) sh.seed = *spec.device_seed;
   }
   __syncthreads();
@@ -591,6 +595,14 @@ void check_buffers(const void* d_x, const DualOutputs& out, const std::uint32_t*
   for (const BufferRule& b : bufs) check_buffer(b);
   if (out.row_bf16) check_buffer({out.row_bf16, 16, "row BF16 decode"});
   if (out.col_bf16) check_buffer({out.col_bf16, 16, "column BF16 decode"});
+  if (out.row_alpha) {
+    check_buffer({out.row_alpha, alignof(float), "row alpha"});
+    check_buffer({out.row_alpha_partner, alignof(GlobalScale), "row alpha's partner global scale"});
+  }
+  if (out.col_alpha) {
+    check_buffer({out.col_alpha, alignof(float), "column alpha"});
+    check_buffer({out.col_alpha_partner, alignof(GlobalScale), "column alpha's partner global scale"});
+  }
 }
 // What the amax pass alone touches: the input and the keys.
 void check_amax_buffers(const void* d_x, const std::uint32_t* d_keys) {
@@ -829,7 +841,7 @@ void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t ro
 }
 
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
-                                        bool bf16_input, bool bf16_outputs) {
+                                        bool bf16_input, bool bf16_outputs, const GlobalScale* alpha_partners) {
   const DualSpec spec = dual_spec(row_spec, col_spec);
   check_shape(x.rows, x.cols);
   const auto n = static_cast<std::size_t>(x.size());
@@ -839,7 +851,14 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
   DeviceBuffer<GlobalScale> g(2);
   DeviceBuffer<std::uint32_t> keys(2);
   DeviceBuffer<std::uint16_t> rb(bf16_outputs ? n : 0), cb(bf16_outputs ? n : 0);
-  const DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p, bf16_outputs ? rb.p : nullptr, bf16_outputs ? cb.p : nullptr};
+  DeviceBuffer<GlobalScale> partners(2);
+  DeviceBuffer<float> alphas(4);
+  DualOutputs out{rc.p, rs.p, cc.p, cs.p, g.p, bf16_outputs ? rb.p : nullptr, bf16_outputs ? cb.p : nullptr};
+  if (alpha_partners) {
+    partners.upload(alpha_partners);
+    out.row_alpha_partner = partners.p, out.row_alpha = alphas.p;
+    out.col_alpha_partner = partners.p + 1, out.col_alpha = alphas.p + 2;
+  }
   if (bf16_input) {
     std::vector<std::uint16_t> b(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -865,6 +884,11 @@ DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_sp
   check(cudaMemcpy(gs, g.p, sizeof gs, cudaMemcpyDeviceToHost), "cudaMemcpy (globals)");
   h.row_global = gs[0];
   h.col_global = gs[1];
+  if (alpha_partners) {
+    float a[4];
+    alphas.download(a);
+    h.row_alpha[0] = a[0], h.row_alpha[1] = a[1], h.col_alpha[0] = a[2], h.col_alpha[1] = a[3];
+  }
   if (bf16_outputs) {
     h.row_bf16.resize(n), h.col_bf16.resize(n);
     rb.download(h.row_bf16.data());

@@ -55,6 +55,14 @@ struct DualOutputs {
   GlobalScale* globals = nullptr;
   std::uint16_t* row_bf16 = nullptr;
   std::uint16_t* col_bf16 = nullptr;
+  // Optional, each with its partner: the epilogue factors {alpha, beta} of the emulated GEMMs
+  // that read a side of this quantization with an operand whose global scale is already final
+  // (partner, device memory): {fl(s_dec * partner->decode), 0}, s_dec this side's global decode
+  // scale. Written by the same pass, so that no kernel of its own waits to make them.
+  const GlobalScale* row_alpha_partner = nullptr;
+  float* row_alpha = nullptr;
+  const GlobalScale* col_alpha_partner = nullptr;
+  float* col_alpha = nullptr;
 };
 void nvfp4_quantize_dual_device(const float* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
                                 const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
@@ -76,15 +84,18 @@ void nvfp4_quantize_dual_quantize_pass(const std::uint16_t* d_x, std::int64_t ro
 
 // Host convenience (tests): codes, scale codes and global scales of both quantizations, and
 // with bf16_outputs their BF16 decodes (row_bf16 rows x cols, col_bf16 cols x rows; empty
-// otherwise). bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must
+// otherwise); with alpha_partners (two: the row side's, the column side's) the alphas
+// DualOutputs describes (else left at 0). bf16_input: x goes to the device as BF16 (the BF16 kernels); every element must
 // then be a BF16 value (throws std::invalid_argument otherwise), so the CPU's float
 // quantization of x is the reference for both.
 struct DualHostResult {
   std::vector<std::uint8_t> row_codes, row_scales, col_codes, col_scales;
   GlobalScale row_global{}, col_global{};
   std::vector<std::uint16_t> row_bf16, col_bf16;
+  float row_alpha[2] = {0, 0}, col_alpha[2] = {0, 0};
 };
 DualHostResult nvfp4_quantize_dual_cuda(const Matrix& x, const QuantSpec& row_spec, const QuantSpec& col_spec,
-                                        bool bf16_input = false, bool bf16_outputs = true);
+                                        bool bf16_input = false, bool bf16_outputs = true,
+                                        const GlobalScale* alpha_partners = nullptr);
 
 }  // namespace fp4d::cuda

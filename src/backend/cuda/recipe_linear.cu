@@ -22,19 +22,6 @@ __global__ void cast_bf16_kernel(const float* __restrict__ x, std::uint16_t* __r
     out[i] = bf16_rne_bits(x[i]);
 }
 
-// Epilogue factors {alpha, beta = 0} of NVFP4 GEMMs: alpha = fl(s_dec^A s_dec^B), the CPU
-// emulation's g. Up to two pairs per launch.
-struct AlphaPair {
-  const GlobalScale* a = nullptr;
-  const GlobalScale* b = nullptr;
-  float* out = nullptr;
-};
-__global__ void alpha_kernel(AlphaPair p0, AlphaPair p1) {
-  if (threadIdx.x != 0) return;
-  if (p0.out) p0.out[0] = p0.a->decode * p0.b->decode, p0.out[1] = 0.0f;
-  if (p1.out) p1.out[0] = p1.a->decode * p1.b->decode, p1.out[1] = 0.0f;
-}
-
 // One NVFP4 quantization's device outputs (1x16 rowwise/columnwise or 16x16).
 struct NvQuant {
   Buf<std::uint8_t> codes, scales;
@@ -59,11 +46,6 @@ struct NvDual {
 const float kOne = 1.0f;
 
 void launch_check(const char* what) { check(cudaGetLastError(), what); }
-
-void alphas(AlphaPair p0, AlphaPair p1, cudaStream_t stream) {
-  alpha_kernel<<<1, 32, 0, stream>>>(p0, p1);
-  launch_check("alpha_kernel launch");
-}
 
 // A bf16 layer's GEMM operand: the RNE cast of n floats.
 void cast(const float* x, std::uint16_t* out, std::int64_t n, cudaStream_t stream) {
@@ -91,14 +73,14 @@ struct RecipeLinear::Buffers {
   Buf<std::uint32_t> w2d_key;
   Buf<float> alpha;  // {fprop alpha, 0, dgrad alpha, 0, wgrad alpha, 0}
 
-  // amax_done: q.keys already hold the amaxes (a producer's pass); else the amax pass first.
-  void dual(const float* src, std::int64_t rows, std::int64_t cols, NvDual& q, const DualSpec& ds, cudaStream_t stream,
-            bool amax_done = false) {
-    // The BF16 decodes (the GEMMs' operands) come from the same pass.
-    const DualOutputs out{q.row.codes->p, q.row.scales->p, q.col.codes->p, q.col.scales->p, q.globals->p,
-                          q.row.bf16->p,  q.col.bf16->p};
-    if (amax_done) nvfp4_quantize_dual_quantize_pass(src, rows, cols, ds, out, q.keys->p, stream);
-    else nvfp4_quantize_dual_device(src, rows, cols, ds, out, q.keys->p, stream);
+  // Where q's quantize pass writes: codes, scales, globals and the BF16 decodes (the GEMMs'
+  // operands), without alphas.
+  static DualOutputs outputs(NvDual& q) {
+    DualOutputs o;
+    o.row_codes = q.row.codes->p, o.row_scales = q.row.scales->p, o.row_bf16 = q.row.bf16->p;
+    o.col_codes = q.col.codes->p, o.col_scales = q.col.scales->p, o.col_bf16 = q.col.bf16->p;
+    o.globals = q.globals->p;
+    return o;
   }
 };
 
@@ -278,7 +260,8 @@ void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
                                           wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p, y.w2d->scales->p,
                                           stream, y.w2d->bf16->p, y.w2d_global->p);
   } else {
-    y.dual(t_.w, t_.out, t_.in, *y.w_dual, dual_spec(OperandKind::Weight, seed), stream);
+    nvfp4_quantize_dual_device(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, seed), Buffers::outputs(*y.w_dual),
+                               y.w_dual->keys->p, stream);
   }
 }
 
@@ -295,15 +278,20 @@ void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
 
 // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
 // BF16 casts of X and W; then the Fprop GEMM. The weight's quantization runs on the side stream
-// (start_weight), beside X's: on a small model the quantizers' latency is the step's.
+// (start_weight), beside X's: on a small model the quantizers' latency is the step's. It is
+// joined before X's quantize pass, which then writes Fprop's alpha (no kernel of its own); by
+// then the side branch, which began with the step, has long finished.
 void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
     if (!weight_started_) start_weight(seed, stream);
-    y.dual(t_.x, t_.M, t_.in, *y.x, dual_spec(OperandKind::Activation, seed), stream, x_amax_done);
+    const DualSpec ds = dual_spec(OperandKind::Activation, seed);
+    if (!x_amax_done) nvfp4_quantize_dual_amax_pass(t_.x, t_.M, t_.in, ds, y.x->keys->p, stream);
     check(cudaStreamWaitEvent(stream, join_, 0), "cudaStreamWaitEvent (weight join)");
     weight_started_ = false;
-    alphas(AlphaPair{y.x->globals->p, y.w2d ? y.w2d_global->p : y.w_dual->globals->p, y.alpha->p}, AlphaPair{}, stream);
+    DualOutputs o = Buffers::outputs(*y.x);
+    o.row_alpha_partner = y.w2d ? y.w2d_global->p : y.w_dual->globals->p, o.row_alpha = y.alpha->p;
+    nvfp4_quantize_dual_quantize_pass(t_.x, t_.M, t_.in, ds, o, y.x->keys->p, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.x, y.xb->p, t_.M * t_.in, stream);
     cast(t_.w, y.wb->p, t_.in * t_.out, stream);
@@ -316,10 +304,13 @@ void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtCont
 void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
-    y.dual(t_.dy, t_.M, t_.out, *y.dy, dual_spec(OperandKind::Gradient, seed), stream, dy_amax_done);
-    const GlobalScale* gw = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1;
-    alphas(AlphaPair{y.dy->globals->p, gw, y.alpha->p + 2},
-           AlphaPair{y.dy->globals->p + 1, y.x->globals->p + 1, y.alpha->p + 4}, stream);
+    // Dgrad's and Wgrad's alphas from the same pass: their other operands (W, X) are final.
+    const DualSpec ds = dual_spec(OperandKind::Gradient, seed);
+    DualOutputs o = Buffers::outputs(*y.dy);
+    o.row_alpha_partner = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1, o.row_alpha = y.alpha->p + 2;
+    o.col_alpha_partner = y.x->globals->p + 1, o.col_alpha = y.alpha->p + 4;
+    if (dy_amax_done) nvfp4_quantize_dual_quantize_pass(t_.dy, t_.M, t_.out, ds, o, y.dy->keys->p, stream);
+    else nvfp4_quantize_dual_device(t_.dy, t_.M, t_.out, ds, o, y.dy->keys->p, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }

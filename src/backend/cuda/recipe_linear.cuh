@@ -19,7 +19,8 @@
 //          once per step, whose transpose is Dgrad's operand (2D: the same quantized weight in
 //          both GEMMs), or rowwise + columnwise 1x16 without 2D. The quantizers also write the
 //          codes' BF16 decode without the global scale (exact), the GEMM is a BF16 GEMM and
-//          fl(s_dec^A s_dec^B) its epilogue alpha read from device memory.
+//          fl(s_dec^A s_dec^B) its epilogue alpha read from device memory (written by the
+//          quantize pass of X, for Fprop, and of dY, for Dgrad and Wgrad).
 // Model order (a run with the sm90 accumulator, whose CPU run models this one): the cuBLASLt
 // plans take only algorithms that sum every output in one pass in k order (LtGemm::k_order, no
 // split-K), which quant/tensor_core_model.hpp describes, and fp32 layers sum sequentially.
