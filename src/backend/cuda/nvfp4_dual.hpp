@@ -43,10 +43,11 @@ DualSpec dual_spec(const QuantSpec& row_spec, const QuantSpec& col_spec);
 // d_keys: 2 words of scratch. Optional: row_bf16 (rows x cols) and col_bf16 (cols x rows,
 // transposed like the column codes), the emulated GEMM's BF16 operands (nvfp4_unscaled_bf16
 // of every code with its block scale, exact), written by the same pass so that no decode pass
-// re-reads the codes. Alignment (cudaMalloc's 256 bytes satisfy all): the input, the column
-// codes and the BF16 outputs 16 bytes, the row codes and column scales 8, the row scales 4; a
-// null (but for the optional ones) or misaligned buffer throws std::invalid_argument naming
-// it, before anything is launched. Asynchronous on `stream`.
+// re-reads the codes; and the alphas below. Alignment (cudaMalloc's 256 bytes satisfy all):
+// the input, the column codes and the BF16 outputs 16 bytes, the row codes and column scales
+// 8, the row scales and alphas 4; a null (but for the optional ones; an alpha needs its
+// partner) or misaligned buffer throws std::invalid_argument naming it, before anything is
+// launched. Asynchronous on `stream`.
 struct DualOutputs {
   std::uint8_t* row_codes = nullptr;
   std::uint8_t* row_scales = nullptr;
@@ -56,9 +57,10 @@ struct DualOutputs {
   std::uint16_t* row_bf16 = nullptr;
   std::uint16_t* col_bf16 = nullptr;
   // Optional, each with its partner: the epilogue factors {alpha, beta} of the emulated GEMMs
-  // that read a side of this quantization with an operand whose global scale is already final
-  // (partner, device memory): {fl(s_dec * partner->decode), 0}, s_dec this side's global decode
-  // scale. Written by the same pass, so that no kernel of its own waits to make them.
+  // that read a side of this quantization with an operand whose global scale is already
+  // final (partner, device memory): {fl(s_dec * partner->decode), 0}, s_dec this side's
+  // global decode scale. Written by the same pass, so that no kernel of its own waits to
+  // make them.
   const GlobalScale* row_alpha_partner = nullptr;
   float* row_alpha = nullptr;
   const GlobalScale* col_alpha_partner = nullptr;

@@ -279,8 +279,10 @@ void RecipeLinear::start_weight(std::uint64_t seed, cudaStream_t stream) {
 // The operands of Fprop (and the X side of Wgrad): NVFP4 X and W with Fprop's alpha, or the
 // BF16 casts of X and W; then the Fprop GEMM. The weight's quantization runs on the side stream
 // (start_weight), beside X's: on a small model the quantizers' latency is the step's. It is
-// joined before X's quantize pass, which then writes Fprop's alpha (no kernel of its own); by
-// then the side branch, which began with the step, has long finished.
+// joined before X's quantize pass, which then writes Fprop's alpha (no kernel of its own). The
+// side branch began with the step, so for every layer but the first NVFP4 one it has finished
+// by then; there X's quantize pass may wait for the weight (bench mlp-cuda's critical path
+// shows how long).
 void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
