@@ -4,6 +4,7 @@
 
 #include "format/bf16.hpp"
 #include "format/fp16.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -24,7 +25,7 @@ void cast_quantize_cpu(const Matrix& x, const QuantSpec& spec, QuantizedTensor& 
   prepare_cast_output(x, out);
   const bool bf16 = spec.element == ElementFormat::BF16;
   std::int64_t clipped = 0;
-#pragma omp parallel for schedule(static) reduction(+ : clipped)
+#pragma omp parallel for schedule(static) reduction(+ : clipped) if (parallel_worth(x.size()))
   for (std::int64_t i = 0; i < x.size(); ++i) {
     const float v = x.data[static_cast<std::size_t>(i)];
     const std::uint16_t b = bf16 ? bf16_rne_bits(v) : fp16_rne_bits(v);

@@ -7,6 +7,7 @@
 
 #include "format/fp8.hpp"
 #include "quant/nvfp4.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -89,7 +90,7 @@ std::int64_t quantize_tensor(const Matrix& x, QuantizedTensor& out, bool dequant
   constexpr std::int64_t kChunk = 1 << 16;
   const std::int64_t nchunks = (n + kChunk - 1) / kChunk;
   std::int64_t clipped = 0;
-#pragma omp parallel for schedule(static) reduction(+ : clipped)
+#pragma omp parallel for schedule(static) reduction(+ : clipped) if (parallel_worth(n))
   for (std::int64_t c = 0; c < nchunks; ++c) {
     const std::int64_t k0 = c * kChunk, len = std::min(kChunk, n - k0);
     clipped += encode_run<F>(x.data.data() + k0, len, enc, out.codes.data() + k0);
@@ -105,7 +106,7 @@ std::int64_t quantize_tiles(const Matrix& x, std::int64_t br, std::int64_t bc, Q
   const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols;
   const std::int64_t trows = out.scale_rows, tcols = out.scale_cols;
   std::int64_t clipped = 0;
-#pragma omp parallel reduction(+ : clipped)
+#pragma omp parallel reduction(+ : clipped) if (parallel_worth(rows * pcols))
   {
     std::vector<std::uint32_t> keys(static_cast<std::size_t>(tcols));
     std::vector<float> enc(static_cast<std::size_t>(tcols)), dec(static_cast<std::size_t>(tcols));

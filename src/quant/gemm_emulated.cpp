@@ -13,6 +13,7 @@
 #include "quant/tensor_core_gemm.hpp"
 #include "quant/tensor_core_hypotheses.hpp"
 #include "ref/exact_block_gemm.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -125,7 +126,7 @@ Matrix blocked_gemm(const Operand& a, const Operand& b, std::int64_t L, Term ter
   for (std::int64_t j = 0; j < N; ++j)
     for (std::int64_t k = 0; k < K; ++k) bt[static_cast<std::size_t>(k * Np + j)] = b.vals[static_cast<std::size_t>(j * K + k)];
   const std::int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = Np / kTileCols;
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static) collapse(2) if (parallel_worth(M * Np * K))
   for (std::int64_t it = 0; it < row_tiles; ++it)
     for (std::int64_t jt = 0; jt < col_tiles; ++jt) {
       const std::int64_t i0 = it * kTileRows, j0 = jt * kTileCols;
@@ -374,7 +375,7 @@ GemmMatrixF64 gemm_f64(const Matrix& A, const Matrix& B) {
   C.rows = M;
   C.cols = N;
   C.data.assign(static_cast<std::size_t>(M * N), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(M * N * K))
   for (std::int64_t i = 0; i < M; ++i) {
     const float* ai = A.data.data() + i * K;
     for (std::int64_t j = 0; j < N; ++j) {

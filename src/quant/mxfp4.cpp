@@ -8,6 +8,7 @@
 
 #include "quant/block_amax.hpp"
 #include "quant/e2m1_row.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -94,7 +95,7 @@ template <Rounding R>
 std::int64_t quantize_rows(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out, bool dequantize) {
   const std::int64_t rows = x.rows, cols = x.cols, pcols = out.padded_cols, nblk = out.scale_cols;
   std::int64_t clipped = 0;
-#pragma omp parallel reduction(+ : clipped)
+#pragma omp parallel reduction(+ : clipped) if (parallel_worth(rows * pcols))
   {
     // Per-thread scratch; the outputs are written in place, every byte of them (padding
     // included), so they need no zero-fill pass.

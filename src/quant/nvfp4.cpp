@@ -10,13 +10,14 @@
 
 #include "quant/block_amax.hpp"
 #include "quant/e2m1_row.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
 Matrix transpose(const Matrix& m) {
   Matrix t(m.cols, m.rows);
   constexpr std::int64_t tile = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(m.size()))
   for (std::int64_t r0 = 0; r0 < m.rows; r0 += tile)
     for (std::int64_t c0 = 0; c0 < m.cols; c0 += tile)
       for (std::int64_t r = r0; r < std::min(r0 + tile, m.rows); ++r)
@@ -38,7 +39,7 @@ float amax_cpu(const Matrix& x) {
   constexpr std::int64_t chunk = 1 << 16;
   const std::int64_t nchunks = (n + chunk - 1) / chunk;
   std::uint32_t result = 0;
-#pragma omp parallel for schedule(static) reduction(max : result)
+#pragma omp parallel for schedule(static) reduction(max : result) if (parallel_worth(n))
   for (std::int64_t c = 0; c < nchunks; ++c)
     result = std::max(result, amax_key_range(x.data.data() + c * chunk, std::min(chunk, n - c * chunk)));
   return bits_float(result);
@@ -132,7 +133,7 @@ void quantize_1x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out,
   const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
   const bool sr = R == Rounding::Stochastic, hw = sr && spec.rounding.sr_bits == kSrHw;
   std::int64_t clipped = 0;
-#pragma omp parallel reduction(+ : clipped)
+#pragma omp parallel reduction(+ : clipped) if (parallel_worth(rows * pcols))
   {
     RowScratch w(pcols, nblk, sr, hw);
 #pragma omp for schedule(static)
@@ -164,7 +165,7 @@ void quantize_16x16(const Matrix& x, const QuantSpec& spec, QuantizedTensor& out
   const bool legacy = spec.nv_scale_rule == NvScaleRule::TeLegacy;
   const bool sr = R == Rounding::Stochastic, hw = sr && spec.rounding.sr_bits == kSrHw;
   std::int64_t clipped = 0;
-#pragma omp parallel reduction(+ : clipped)
+#pragma omp parallel reduction(+ : clipped) if (parallel_worth(rows * pcols))
   {
     RowScratch w(pcols, nblk, sr, hw);
     std::vector<std::uint32_t> colkey(static_cast<std::size_t>(pcols));

@@ -6,6 +6,7 @@
 
 #include "format/bf16.hpp"
 #include "format/philox.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -46,7 +47,7 @@ void transform(const Matrix& x, const RhtSpec& spec, int axis, Store&& store) {
   const std::vector<float> s = rht_signs(spec);
   const std::int64_t runs_per_line = (axis == 0 ? x.rows : x.cols) / d;
   const std::int64_t lines = axis == 0 ? x.cols : x.rows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(x.size()))
   for (std::int64_t line = 0; line < lines; ++line) {
     std::vector<T> v(static_cast<std::size_t>(d));
     for (std::int64_t run = 0; run < runs_per_line; ++run) {

@@ -9,6 +9,7 @@
 
 #include "format/fp8.hpp"
 #include "quant/rht.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -24,7 +25,7 @@ QuantStats compute_stats(const std::function<double(std::int64_t)>& target, cons
   constexpr std::int64_t chunk = 4096;
   const std::int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<Partial> parts(static_cast<std::size_t>(nchunks));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (std::int64_t k = 0; k < nchunks; ++k) {
     Partial p;
     for (std::int64_t i = k * chunk; i < std::min(n, (k + 1) * chunk); ++i) {
@@ -97,7 +98,7 @@ std::vector<double> inverse_rht_double(const std::vector<double>& y, std::int64_
   const auto at = [&](std::int64_t o, std::int64_t k, int t) {
     return static_cast<std::size_t>(axis == 0 ? (k * d + t) * cols + o : o * cols + k * d + t);
   };
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(static_cast<std::int64_t>(y.size())))
   for (std::int64_t o = 0; o < other; ++o) {
     std::vector<double> v(static_cast<std::size_t>(d));
     for (std::int64_t k = 0; k < runs; ++k) {
@@ -121,7 +122,7 @@ void line_sums(std::int64_t R, std::int64_t C, const Target& x, const Value& xh,
   col_ref2.assign(static_cast<std::size_t>(C), 0.0);
   row_err2.assign(static_cast<std::size_t>(R), 0.0);
   row_ref2.assign(static_cast<std::size_t>(R), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(R * C))
   for (std::int64_t r = 0; r < R; ++r) {
     double e2 = 0, r2 = 0;
     for (std::int64_t c = 0; c < C; ++c) {
@@ -137,7 +138,7 @@ void line_sums(std::int64_t R, std::int64_t C, const Target& x, const Value& xh,
   }
   constexpr std::int64_t tile = 64;
   const std::int64_t tiles = (C + tile - 1) / tile;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(R * C))
   for (std::int64_t k = 0; k < tiles; ++k) {
     const std::int64_t c0 = k * tile, c1 = std::min(C, c0 + tile);
     for (std::int64_t r = 0; r < R; ++r)
@@ -195,7 +196,7 @@ ChannelStats compute_channel_stats(const Matrix& input, const QuantizedTensor& q
   std::vector<double> berr2(static_cast<std::size_t>(nblocks), 0.0), bref2(static_cast<std::size_t>(nblocks), 0.0);
   // One band of block rows per iteration: a block's sum runs over its stored rows ascending,
   // then its columns ascending, in one thread.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(SR * SC))
   for (std::int64_t b = 0; b < q.scale_rows; ++b)
     for (std::int64_t r = b * br; r < std::min(SR, (b + 1) * br); ++r)
       for (std::int64_t c = 0; c < SC; ++c) {

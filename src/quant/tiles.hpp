@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "quant/matrix.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -27,7 +28,7 @@ struct TileGrid {
 // f(tr, tc, r0, r1, c0, c1) for every tile, block-rows in parallel (OpenMP).
 template <class F>
 void for_each_tile(const Matrix& x, const TileGrid& g, F&& f) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(x.size()))
   for (std::int64_t tr = 0; tr < g.tile_rows; ++tr) {
     const std::int64_t r0 = tr * g.br, r1 = std::min(x.rows, r0 + g.br);
     for (std::int64_t tc = 0; tc < g.tile_cols; ++tc) {

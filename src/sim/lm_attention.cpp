@@ -9,6 +9,7 @@
 #include "model/mlp_math.hpp"
 #include "sim/mixer_operands.hpp"
 #include "sim/mlp_precision.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -58,8 +59,6 @@ void softmax_row(const T* qt, const T* k, std::int64_t ks, std::int64_t t, std::
   for (std::int64_t u = 0; u <= t; ++u) p[u] = p[u] / sum;
 }
 
-// Whether a loop of `work` multiply-adds is worth a parallel region.
-bool parallel_worth(std::int64_t work) { return work > (1 << 16); }
 
 }  // namespace
 

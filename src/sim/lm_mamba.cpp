@@ -11,6 +11,7 @@
 #include "model/sum_order.hpp"
 #include "sim/mixer_operands.hpp"
 #include "sim/mlp_precision.hpp"
+#include "util/parallel_worth.hpp"
 
 namespace fp4d {
 
@@ -35,8 +36,6 @@ template <class T>
 T silu_derivative(const T& v) {
   return mlp_math::silu_derivative(v, mlp_math::sigmoid(v));
 }
-
-bool parallel_worth(std::int64_t work) { return work > (1 << 15); }
 
 std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
 
