@@ -31,6 +31,7 @@
 #include "sim/gemm_experiment.hpp"
 #include "sim/generators.hpp"
 #include "support/catch.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 
@@ -261,6 +262,7 @@ TEST_CASE("channel stats: the RHT, original against transformed basis") {
 }
 
 TEST_CASE("channel stats: the same bits for 1 and 3 threads") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   Matrix x = normal_matrix(257, 160, 3);
   for (std::int64_t r = 0; r < x.rows; ++r) x(r, 9) *= 30.0f;
   for (const char* p : {"nvfp4", "nvfp4-col", "nvfp4-2d", "mxfp4", "fp8-e4m3-1x128"}) {

@@ -21,6 +21,7 @@
 #include "quant/quantize.hpp"
 #include "quant/presets.hpp"
 #include "support/catch.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 using Big = boost::multiprecision::cpp_bin_float_50;
@@ -462,6 +463,7 @@ TEST_CASE("random N(0,1) operands: errors within the classical bounds of the doc
 }
 
 TEST_CASE("results do not depend on the number of threads") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   const Matrix a = normal_matrix(67, 80, 21), b = normal_matrix(45, 80, 22);
   const QuantizedTensor na = quantize_cpu(a, spec_of("nvfp4")), nb = quantize_cpu(b, spec_of("nvfp4-2d"));
   const QuantizedTensor ma = quantize_cpu(a, spec_of("mxfp4")), mb = quantize_cpu(b, spec_of("mxfp4"));

@@ -27,6 +27,7 @@
 #include "support/catch.hpp"
 #include "support/thrown.hpp"
 #include "support/printed_digits.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 
@@ -770,6 +771,7 @@ TEST_CASE("lm: a tiny model learns a counting sequence in double", "[lm]") {
 //    enough for the attention's and the GEMMs' parallel regions), and the initial values are
 //    the same in every T; reference step timing.
 TEST_CASE("lm: runs are deterministic whatever the thread count; initial values are T-independent", "[lm]") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   LmSpec s;  // the quick config: vocab 256, d 64, 4 heads, ffn 128, AFAF, seq 64, batch 8
   s.kv_heads = 2;
   const auto tok = random_tokens(s, s.batch, 77);

@@ -18,6 +18,7 @@
 #include "sim/lm_mamba.hpp"
 #include "sim/mlp_precision.hpp"
 #include "support/catch.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 
@@ -326,7 +327,8 @@ TEST_CASE("the mixer's initial decays and steps span Mamba-2's ranges") {
 }
 
 TEST_CASE("the mixer's results do not depend on the thread count") {
-  // Large enough that every parallel loop runs in parallel (work > 2^15).
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
+  // Every parallel loop runs in parallel (the guard above), on a shape of several chunks.
   MambaShape s = test_shape();
   s.batch = 4, s.seq = 64, s.heads = 8, s.head_dim = 8, s.state = 16, s.groups = 2, s.chunk = 16;
   const Mixer m = random_mixer(s, 9, 0.0);

@@ -23,6 +23,7 @@
 #include "support/printed_digits.hpp"
 #include "support/config_error.hpp"
 #include "support/trace_datasets.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 
@@ -424,6 +425,7 @@ TEST_CASE("mlp: float32 drifts from the double reference within the float32 roun
 // 4. Determinism and schedules.
 TEST_CASE("mlp: runs, batches and schedules are deterministic", "[mlp]") {
   SECTION("two runs with one seed are bit-identical, whatever the thread count") {
+    const ParallelWorkThreshold every_loop_parallel(0);  // the threads must take part
     for (const Optimizer opt : {Optimizer::Sgd, Optimizer::AdamW})
     for (const bool features : {false, true}) {
       MlpSpec s;  // the default size: large enough for the OpenMP regions to split

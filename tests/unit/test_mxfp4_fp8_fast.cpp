@@ -25,6 +25,7 @@
 #include "quant/presets.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 using namespace fp4d_test;
@@ -355,6 +356,7 @@ const Shape kShapes[] = {{1, 1},   {1, 31},  {1, 32},  {1, 33},  {3, 63},  {2, 6
 
 template <class Quantize, class Reference>
 void check_against_reference(const QuantSpec& spec, bool fp4, Quantize&& quantize, Reference&& reference) {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   const int saved = omp_get_max_threads();
   QuantizedTensor reused;  // outputs are overwritten in place: stale contents must not survive
   std::uint64_t seed = 11;

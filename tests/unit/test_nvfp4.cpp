@@ -32,6 +32,7 @@
 #include "quant/training_recipe.hpp"
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 using namespace fp4d_test;
@@ -787,6 +788,7 @@ TEST_CASE("nvfp4 columnwise (axis 0) of X equals rowwise of X^T") {
 }
 
 TEST_CASE("nvfp4 results do not depend on the number of threads") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   Matrix x = wide_range(512, 256, 9);
   x(3, 5) = kNaN;
   const int saved = omp_get_max_threads();

@@ -15,6 +15,7 @@
 #include "support/catch.hpp"
 #include "support/float_bits.hpp"
 #include "support/nvfp4_fixtures.hpp"
+#include "util/parallel_worth.hpp"
 
 using namespace fp4d;
 using namespace fp4d_test;
@@ -90,6 +91,7 @@ TEST_CASE("exact SR ties: the fast path hands them to the reference function") {
 }
 
 TEST_CASE("results do not depend on the number of threads") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   const Matrix x = random_matrix(96, 160, 5, false);
   for (const char* name : {"nvfp4", "nvfp4-sr", "nvfp4-2d", "nvfp4-sr-hw"}) {
     QuantSpec s = preset(name).spec;
@@ -147,6 +149,7 @@ TEST_CASE("branch-free E4M3 encode: all non-negative float32 inputs", "[long]") 
 }
 
 TEST_CASE("hw SR: the vectorised path equals the reference on many shapes, 1 and 2 threads", "[hw]") {
+  const ParallelWorkThreshold every_loop_parallel(0);  // small tensors: the threads must take part
   // Row lengths around the AVX2 Philox batch (8 calls = 128 elements) and partial blocks.
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},   {1, 15},  {3, 16},   {2, 17},  {7, 127},
                                                           {5, 128}, {4, 129}, {9, 400},  {33, 48}, {17, 1000},
