@@ -7,7 +7,9 @@
 // column block the RHT needs, and the tensor is read once less. The keys are the same bits
 // whatever the producer: maxima are exact in any order, and the RHT is the quantizer's rht16.
 // A producer is a functor: produce(r, c, &a, &b) makes elements (r, c) and (r, c + 1) (c even),
-// stores them where the tensor lives, and returns their values in a and b.
+// stores them where the tensor lives, and returns their values in a and b. Where the tensor is
+// not quantized as NVFP4, launch_produce runs the same producer without the amax pass, so each
+// element's expression is written once.
 // Internal linkage: each translation unit gets its own copy.
 #pragma once
 
@@ -176,6 +178,42 @@ void launch_dual_amax(const Produce& produce, std::int64_t rows, std::int64_t co
   dual_amax_kernel<Produce><<<amax_blocks<Produce>(rows, cols), dual_tile::kThreads, 0, st>>>(
       produce, rows, cols, spec.col_rht, rht_args(spec), keys);
   check(cudaGetLastError(), "dual_amax_kernel launch");
+}
+
+// Every element pair of a rows x cols tensor (cols even) through `produce`, nothing else: a
+// grid-stride loop over the pairs.
+template <class Produce>
+__global__ void __launch_bounds__(dual_tile::kThreads) produce_kernel(Produce produce, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t half = cols / 2;
+  for (std::int64_t q = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; q < rows * half;
+       q += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float a, b;
+    produce(q / half, 2 * (q % half), &a, &b);
+  }
+}
+template <class Produce>
+void launch_produce(const Produce& produce, std::int64_t rows, std::int64_t cols, cudaStream_t st) {
+  if (rows <= 0 || cols <= 0 || cols % 2 != 0)
+    throw std::invalid_argument("element pairs: rows and an even number of columns (got " + std::to_string(rows) +
+                                " x " + std::to_string(cols) + ")");
+  const std::int64_t pairs = rows * (cols / 2);
+  const auto blocks = static_cast<unsigned>(
+      std::min<std::int64_t>((pairs + dual_tile::kThreads - 1) / dual_tile::kThreads, 65535));
+  produce_kernel<Produce><<<blocks, dual_tile::kThreads, 0, st>>>(produce, rows, cols);
+  check(cudaGetLastError(), "produce_kernel launch");
+}
+
+// The tensor `produce` makes, with the amax pass of its NVFP4 quantization (spec) into
+// amax_keys where they are given, else alone; true where the keys were made.
+template <class Produce>
+bool produce_tensor(const Produce& produce, std::int64_t rows, std::int64_t cols, std::uint32_t* amax_keys,
+                    const DualSpec& spec, cudaStream_t st) {
+  if (!amax_keys) {
+    launch_produce(produce, rows, cols, st);
+    return false;
+  }
+  launch_dual_amax(produce, rows, cols, spec, amax_keys, st);
+  return true;
 }
 
 }  // namespace

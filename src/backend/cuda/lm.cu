@@ -530,13 +530,8 @@ struct LmCudaTrainer::Impl {
         // amax pass (dual_amax.cuh): F is read once less.
         RecipeLinear& down = *linear[static_cast<std::size_t>(l0 + 1)];
         const RecipeLinear::AmaxTarget t = down.amax_target(OperandKind::Activation, seed);
-        if (t.keys) {
-          launch_dual_amax(SwigluForwardPair{k.gu->p, k.f->p, F}, M, F, t.spec, t.keys, stream);
-        } else {
-          swiglu_forward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, k.f->p, M, F);
-          launch_check("swiglu_forward_kernel launch");
-        }
-        down.forward(seed, stream, lt->get(), t.keys != nullptr);
+        const bool amax_done = produce_tensor(SwigluForwardPair{k.gu->p, k.f->p, F}, M, F, t.keys, t.spec, stream);
+        down.forward(seed, stream, lt->get(), amax_done);
       }
       add(h->p, z->p, M * d);
     }
@@ -572,13 +567,9 @@ struct LmCudaTrainer::Impl {
         backward_linear(l0 + 1, seed, ops);  // down: dW_down, dF
         // The gate-up projection's dY: its amax pass where it is quantized as NVFP4, as above.
         const RecipeLinear::AmaxTarget t = linear[static_cast<std::size_t>(l0)]->amax_target(OperandKind::Gradient, seed);
-        if (t.keys) {
-          launch_dual_amax(SwigluBackwardPair{k.gu->p, df->p, dgu->p, F}, M, 2 * F, t.spec, t.keys, stream);
-        } else {
-          swiglu_backward_kernel<<<blocks_for(M * F, 4), kThreads, 0, stream>>>(k.gu->p, df->p, dgu->p, M, F);
-          launch_check("swiglu_backward_kernel launch");
-        }
-        backward_linear(l0, seed, ops, t.keys != nullptr);
+        const bool amax_done =
+            produce_tensor(SwigluBackwardPair{k.gu->p, df->p, dgu->p, F}, M, 2 * F, t.keys, t.spec, stream);
+        backward_linear(l0, seed, ops, amax_done);
       }
       rmsnorm_backward(k.n->p, k.rinv->p, param(k.gain), grad(k.gain));
     }

@@ -383,30 +383,10 @@ __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, s
   FP4D_GRID_STRIDE(i, n) x[i] = x[i] + y[i];
 }
 
+// SwiGLU as producers of dual_amax.cuh (launch_dual_amax where the down projection's X or the
+// gate-up projection's dY is quantized as NVFP4, its amaxes computed on the way; else
+// launch_produce): element pairs (i, c), (i, c + 1), stored and returned.
 // F = silu(G) U = (G s(G)) U, [G U] rows of width 2F.
-__global__ void swiglu_forward_kernel(const float* __restrict__ gu, float* __restrict__ f, std::int64_t M, std::int64_t F) {
-  FP4D_GRID_STRIDE(e, M * F) {
-    const std::int64_t i = e / F, j = e % F;
-    const float g = gu[i * 2 * F + j], u = gu[i * 2 * F + F + j];
-    f[e] = mlp_math::silu(g) * u;
-  }
-}
-// dG = (dF U) silu'(G), silu' = s (1 + G (1 - s)); dU = dF (G s).
-__global__ void swiglu_backward_kernel(const float* __restrict__ gu, const float* __restrict__ df,
-                                       float* __restrict__ dgu, std::int64_t M, std::int64_t F) {
-  FP4D_GRID_STRIDE(e, M * F) {
-    const std::int64_t i = e / F, j = e % F;
-    const std::int64_t gi = i * 2 * F + j, ui = gi + F;
-    const float gg = gu[gi], u = gu[ui], dd = df[e];
-    const float sg = mlp_math::sigmoid(gg);
-    dgu[gi] = (dd * u) * mlp_math::silu_derivative(gg, sg);
-    dgu[ui] = dd * (gg * sg);
-  }
-}
-
-// The same as producers of dual_amax.cuh (the kernel that makes the down projection's X or the
-// gate-up projection's dY also computes the amaxes of its NVFP4 quantization): element pairs
-// (i, c), (i, c + 1), stored and returned; per element the expressions above.
 struct SwigluForwardPair {  // f, M x F
   const float* gu;
   float* f;
@@ -418,6 +398,7 @@ struct SwigluForwardPair {  // f, M x F
     *reinterpret_cast<float2*>(f + i * F + c) = make_float2(*a, *b);
   }
 };
+// dG = (dF U) silu'(G), silu' = s (1 + G (1 - s)); dU = dF (G s).
 struct SwigluBackwardPair {  // dgu, M x 2F: [dG | dU] per row (c < F: dG, else dU; F even)
   const float* gu;
   const float* df;

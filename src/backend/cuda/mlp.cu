@@ -196,14 +196,7 @@ struct MlpCudaTrainer::Impl {
     Layer& next = layer(l + 1);
     const int gelu = spec.activation == Activation::Gelu;
     const RecipeLinear::AmaxTarget t = next.lin->amax_target(OperandKind::Activation, seed);
-    if (t.keys) {
-      launch_dual_amax(ActForwardPair{y.z->p, next.h->p, y.out, gelu}, M, y.out, t.spec, t.keys, stream);
-      return true;
-    }
-    const std::int64_t n = M * y.out;
-    act_forward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.z->p, next.h->p, n, gelu);
-    launch_check("act_forward_kernel launch");
-    return false;
+    return produce_tensor(ActForwardPair{y.z->p, next.h->p, y.out, gelu}, M, y.out, t.keys, t.spec, stream);
   }
 
   // dW_l = dZ_l^T H_l, then (above layer 0) dH_l = dZ_l W_l and dZ_{l-1} = dH_l act'(Z_{l-1}).
@@ -220,14 +213,7 @@ struct MlpCudaTrainer::Impl {
     Layer& prev = layer(l - 1);
     const int gelu = spec.activation == Activation::Gelu;
     const RecipeLinear::AmaxTarget t = prev.lin->amax_target(OperandKind::Gradient, seed);
-    if (t.keys) {
-      launch_dual_amax(ActBackwardPair{y.dh->p, prev.z->p, prev.dz->p, y.in, gelu}, M, y.in, t.spec, t.keys, stream);
-      return true;
-    }
-    const std::int64_t n = M * y.in;
-    act_backward_kernel<<<blocks_for(n, 4), kThreads, 0, stream>>>(y.dh->p, prev.z->p, prev.dz->p, n, gelu);
-    launch_check("act_backward_kernel launch");
-    return false;
+    return produce_tensor(ActBackwardPair{y.dh->p, prev.z->p, prev.dz->p, y.in, gelu}, M, y.in, t.keys, t.spec, stream);
   }
 
   // The loss of the last layer's output into loss_sum (a term per row, then their tree sum:

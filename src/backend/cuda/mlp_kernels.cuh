@@ -30,22 +30,10 @@ __device__ __forceinline__ float act_df(int gelu, float z) {
   return gelu ? mlp_math::gelu_derivative(z, float{kInvSqrt2}, float{kInvSqrt2Pi}) : mlp_math::relu_derivative(z);
 }
 
-__global__ void act_forward_kernel(const float* __restrict__ z, float* __restrict__ h, std::int64_t n, int gelu) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    h[i] = act_f(gelu, z[i]);
-}
-
-__global__ void act_backward_kernel(const float* __restrict__ dh, const float* __restrict__ z, float* __restrict__ dz,
-                                    std::int64_t n, int gelu) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    dz[i] = dh[i] * act_df(gelu, z[i]);
-}
-
-// The same as producers of dual_amax.cuh (the kernel that makes an NVFP4 layer's X or dY also
-// computes the amaxes of its quantization): element pairs (r, c), (r, c + 1) of a row-major
-// tensor with `cols` columns, stored and returned.
+// The activation and its gradient as producers of dual_amax.cuh (launch_dual_amax where the
+// next layer quantizes the tensor as NVFP4, its amaxes computed on the way; else
+// launch_produce): element pairs (r, c), (r, c + 1) of a row-major tensor with `cols` columns,
+// stored and returned.
 struct ActForwardPair {
   const float* z;
   float* h;

@@ -311,8 +311,8 @@ void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtCon
     DualOutputs o = Buffers::outputs(*y.dy);
     o.row_alpha_partner = y.w2d ? y.w2d_global->p : y.w_dual->globals->p + 1, o.row_alpha = y.alpha->p + 2;
     o.col_alpha_partner = y.x->globals->p + 1, o.col_alpha = y.alpha->p + 4;
-    if (dy_amax_done) nvfp4_quantize_dual_quantize_pass(t_.dy, t_.M, t_.out, ds, o, y.dy->keys->p, stream);
-    else nvfp4_quantize_dual_device(t_.dy, t_.M, t_.out, ds, o, y.dy->keys->p, stream);
+    if (!dy_amax_done) nvfp4_quantize_dual_amax_pass(t_.dy, t_.M, t_.out, ds, y.dy->keys->p, stream);
+    nvfp4_quantize_dual_quantize_pass(t_.dy, t_.M, t_.out, ds, o, y.dy->keys->p, stream);
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }

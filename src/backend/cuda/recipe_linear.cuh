@@ -115,7 +115,7 @@ class RecipeLinear {
   LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 
   QuantSpec spec_of(OperandKind k, GemmRole role, int operand, std::uint64_t seed) const;
-  DualSpec dual_spec(OperandKind k, std::uint64_t seed) const;  // X's or dY's, as quantized
+  DualSpec dual_spec(OperandKind k, std::uint64_t seed) const;  // X's, dY's or W's (no 2D), as quantized
   void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
   void plan_cast(LtGemm& f, LtGemm& d, LtGemm& w);
   void quantize_weight(std::uint64_t seed, cudaStream_t stream);
