@@ -9,8 +9,6 @@
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "backend/cuda/sequential_gemm.cuh"
 #include "format/bf16.hpp"
-#include "format/e2m1.hpp"
-#include "format/fp8.hpp"
 
 namespace fp4d::cuda {
 
