@@ -1,8 +1,8 @@
 // The device side of the resident mlp step (mlp.cu, .cu files only): model/mlp_math.hpp's
-// element-wise expressions, the loss with its fixed reduction tree, and the optimizers (the
-// GEMM operands' casts and decodes are recipe_linear.cu's). Everything a
-// kernel reads that changes from step to step comes from device memory (StepParams), so one
-// captured CUDA graph replays every step. Internal linkage: the kernels belong to the one
+// element-wise expressions (as dual_amax.cuh producers), the loss with its fixed reduction
+// tree, and the optimizers (the GEMM operands' casts and quantizations are recipe_linear.cu's).
+// Everything a kernel reads that changes from step to step comes from device memory
+// (StepParams), so one captured CUDA graph replays every step. Internal linkage: the kernels belong to the one
 // translation unit that launches them.
 #pragma once
 
