@@ -6,10 +6,14 @@
 // it walks the tensor in the quantizer's 16 x 64 tiles, so each lane holds the 16 values of a
 // column block the RHT needs, and the tensor is read once less. The keys are the same bits
 // whatever the producer: maxima are exact in any order, and the RHT is the quantizer's rht16.
-// A producer is a functor: produce(r, c, &a, &b) makes elements (r, c) and (r, c + 1) (c even),
-// stores them where the tensor lives, and returns their values in a and b. Where the tensor is
-// not quantized as NVFP4, launch_produce runs the same producer without the amax pass, so each
-// element's expression is written once.
+// A producer makes elements (r, c) and (r, c + 1) (c even) in two steps: p.load(r, c) reads
+// its inputs (a small struct, Produce::In), p.make(in, r, c, &a, &b) computes the pair, stores
+// it where the tensor lives and returns the values in a and b. The split is what lets a lane
+// issue the loads of all 16 rows of its column block before its first store: the compiler may
+// not move a load above a store that might alias it, so one call per row would wait a memory
+// latency per row (a latency-bound small tensor's pass took several times its launch cost).
+// Where the tensor is not quantized as NVFP4, launch_produce runs the same producer without
+// the amax pass, so each element's expression is written once.
 // Internal linkage: each translation unit gets its own copy.
 #pragma once
 
@@ -48,8 +52,14 @@ template <class T>
 struct LoadPair {
   const T* x;
   std::int64_t cols;
-  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
-    load_pair(x + r * cols + c, a, b);
+  using In = float2;
+  __device__ __forceinline__ In load(std::int64_t r, std::int64_t c) const {
+    In v;
+    load_pair(x + r * cols + c, &v.x, &v.y);
+    return v;
+  }
+  __device__ __forceinline__ void make(const In& in, std::int64_t, std::int64_t, float* a, float* b) const {
+    *a = in.x, *b = in.y;
   }
 };
 
@@ -116,10 +126,13 @@ __global__ void __launch_bounds__(dual_tile::kThreads) dual_amax_kernel(Produce 
        tile += static_cast<std::int64_t>(gridDim.x) * kWarps) {
     const std::int64_t r0 = (tile / tiles_per_row) * kRows, c = (tile % tiles_per_row) * kCols + 2 * lane;
     if (c >= cols) continue;
+    typename Produce::In in[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) in[i] = produce.load(r0 + i, c);
     float v[2][16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      produce(r0 + i, c, &v[0][i], &v[1][i]);
+      produce.make(in[i], r0 + i, c, &v[0][i], &v[1][i]);
       ar = fmaxf(ar, fmaxf(fabsf(v[0][i]), fabsf(v[1][i])));
     }
     if (rht) {
@@ -187,8 +200,9 @@ __global__ void __launch_bounds__(dual_tile::kThreads) produce_kernel(Produce pr
   const std::int64_t half = cols / 2;
   for (std::int64_t q = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; q < rows * half;
        q += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t r = q / half, c = 2 * (q % half);
     float a, b;
-    produce(q / half, 2 * (q % half), &a, &b);
+    produce.make(produce.load(r, c), r, c, &a, &b);
   }
 }
 template <class Produce>

@@ -391,10 +391,14 @@ struct SwigluForwardPair {  // f, M x F
   const float* gu;
   float* f;
   std::int64_t F;
-  __device__ __forceinline__ void operator()(std::int64_t i, std::int64_t c, float* a, float* b) const {
-    const float2 g = *reinterpret_cast<const float2*>(gu + i * 2 * F + c);
-    const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + c);
-    *a = mlp_math::silu(g.x) * u.x, *b = mlp_math::silu(g.y) * u.y;
+  struct In {
+    float2 g, u;
+  };
+  __device__ __forceinline__ In load(std::int64_t i, std::int64_t c) const {
+    return {*reinterpret_cast<const float2*>(gu + i * 2 * F + c), *reinterpret_cast<const float2*>(gu + i * 2 * F + F + c)};
+  }
+  __device__ __forceinline__ void make(const In& in, std::int64_t i, std::int64_t c, float* a, float* b) const {
+    *a = mlp_math::silu(in.g.x) * in.u.x, *b = mlp_math::silu(in.g.y) * in.u.y;
     *reinterpret_cast<float2*>(f + i * F + c) = make_float2(*a, *b);
   }
 };
@@ -404,16 +408,24 @@ struct SwigluBackwardPair {  // dgu, M x 2F: [dG | dU] per row (c < F: dG, else 
   const float* df;
   float* dgu;
   std::int64_t F;
-  __device__ __forceinline__ void operator()(std::int64_t i, std::int64_t c, float* a, float* b) const {
+  struct In {
+    float2 g, d, u;  // u: the dG lanes' only
+  };
+  __device__ __forceinline__ In load(std::int64_t i, std::int64_t c) const {
     const bool dg = c < F;
     const std::int64_t j = dg ? c : c - F;
-    const float2 gg = *reinterpret_cast<const float2*>(gu + i * 2 * F + j);
-    const float2 dd = *reinterpret_cast<const float2*>(df + i * F + j);
+    In in;
+    in.g = *reinterpret_cast<const float2*>(gu + i * 2 * F + j);
+    in.d = *reinterpret_cast<const float2*>(df + i * F + j);
+    in.u = dg ? *reinterpret_cast<const float2*>(gu + i * 2 * F + F + j) : make_float2(0.0f, 0.0f);
+    return in;
+  }
+  __device__ __forceinline__ void make(const In& in, std::int64_t i, std::int64_t c, float* a, float* b) const {
+    const float2 gg = in.g, dd = in.d;
     const float s0 = mlp_math::sigmoid(gg.x), s1 = mlp_math::sigmoid(gg.y);
-    if (dg) {
-      const float2 u = *reinterpret_cast<const float2*>(gu + i * 2 * F + F + j);
-      *a = (dd.x * u.x) * mlp_math::silu_derivative(gg.x, s0);
-      *b = (dd.y * u.y) * mlp_math::silu_derivative(gg.y, s1);
+    if (c < F) {
+      *a = (dd.x * in.u.x) * mlp_math::silu_derivative(gg.x, s0);
+      *b = (dd.y * in.u.y) * mlp_math::silu_derivative(gg.y, s1);
     } else {
       *a = dd.x * (gg.x * s0);
       *b = dd.y * (gg.y * s1);

@@ -39,11 +39,13 @@ struct ActForwardPair {
   float* h;
   std::int64_t cols;
   int gelu;
-  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
-    const std::int64_t i = r * cols + c;
-    const float2 zz = *reinterpret_cast<const float2*>(z + i);
+  using In = float2;  // z
+  __device__ __forceinline__ In load(std::int64_t r, std::int64_t c) const {
+    return *reinterpret_cast<const float2*>(z + r * cols + c);
+  }
+  __device__ __forceinline__ void make(const In& zz, std::int64_t r, std::int64_t c, float* a, float* b) const {
     *a = act_f(gelu, zz.x), *b = act_f(gelu, zz.y);
-    *reinterpret_cast<float2*>(h + i) = make_float2(*a, *b);
+    *reinterpret_cast<float2*>(h + r * cols + c) = make_float2(*a, *b);
   }
 };
 struct ActBackwardPair {
@@ -52,11 +54,16 @@ struct ActBackwardPair {
   float* dz;
   std::int64_t cols;
   int gelu;
-  __device__ __forceinline__ void operator()(std::int64_t r, std::int64_t c, float* a, float* b) const {
+  struct In {
+    float2 d, z;
+  };
+  __device__ __forceinline__ In load(std::int64_t r, std::int64_t c) const {
     const std::int64_t i = r * cols + c;
-    const float2 d = *reinterpret_cast<const float2*>(dh + i), zz = *reinterpret_cast<const float2*>(z + i);
-    *a = d.x * act_df(gelu, zz.x), *b = d.y * act_df(gelu, zz.y);
-    *reinterpret_cast<float2*>(dz + i) = make_float2(*a, *b);
+    return {*reinterpret_cast<const float2*>(dh + i), *reinterpret_cast<const float2*>(z + i)};
+  }
+  __device__ __forceinline__ void make(const In& in, std::int64_t r, std::int64_t c, float* a, float* b) const {
+    *a = in.d.x * act_df(gelu, in.z.x), *b = in.d.y * act_df(gelu, in.z.y);
+    *reinterpret_cast<float2*>(dz + r * cols + c) = make_float2(*a, *b);
   }
 };
 

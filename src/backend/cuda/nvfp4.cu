@@ -4,8 +4,10 @@
 //  amax_kernel<In>     grid-stride max of the |x| bit patterns (NaN -> 0) as uint32 keys: an
 //                      unsigned max is exact, so the warp reduction and the atomicMax give the
 //                      same result in any order (deterministic).
-//  quantize_simple<In> one thread per scale block (1x16 block or 16x16 tile): the spec's loop,
-//                      every layout and shape, partial blocks zero-padded (padding codes 0).
+//  quantize_simple<In> one thread per 1x16 block: the spec's loop, every shape, partial blocks
+//                      zero-padded (padding codes 0).
+//  quantize_16x16<In>  16x16 tiles: a half-warp per tile, a lane per row, the tile amax by
+//                      __shfl_xor; every shape, padded as the simple kernel.
 //  quantize_1x16_owner<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
 //                      load (4 floats or 8 BF16), block amaxes reduce-scattered by __shfl_xor,
 //                      one owner lane per block computes its scales and broadcasts them; every
@@ -176,7 +178,9 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
   if ((threadIdx.x & 31u) == 0 && m != 0) atomicMax(key, m);
 }
 
-// One thread per scale block: rows [tr*br, min(rows, tr*br + br)) x columns [tc*16, +16).
+// One thread per scale block: rows [tr*br, min(rows, tr*br + br)) x columns [tc*16, +16). The
+// 1x16 blocks of a tensor the lanes kernel cannot take (cols % 16 != 0); 16x16 blocks go to
+// quantize_16x16_kernel, which makes the same bits in parallel.
 template <class In>
 __global__ void __launch_bounds__(kThreads)
     quantize_simple_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t pcols,
@@ -214,6 +218,70 @@ __global__ void __launch_bounds__(kThreads)
     std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
     for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
   }
+  if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
+}
+
+// 16x16 blocks (the 2D weight scaling): a half-warp per block, lane j its row r0 + j. Each
+// lane loads its 16 elements before any arithmetic, the block amax is a __shfl_xor reduction
+// over the half-warp (a max of values >= +0, exact in any order), and each element is rounded
+// by the same functions, with the same element index, as quantize_simple_kernel: the same bits
+// as one thread walking the block, whose 512 serial loads made it the longest node of a small
+// model's training step. Blocks are numbered along the block row, so neighbouring half-warps
+// read neighbouring 16-element segments of the same rows. vec: cols % 16 == 0 and x 16-byte
+// aligned (every row segment then whole and 16-byte aligned: vector loads).
+template <class In>
+__global__ void __launch_bounds__(kThreads)
+    quantize_16x16_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t pcols,
+                          std::int64_t scale_rows, std::int64_t scale_cols, bool vec, QuantArgs a) {
+  using V = Vec16<In>;
+  const GlobalScale g = kernel_global(a);
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t tile = t / kBlock;
+  if (tile >= scale_rows * scale_cols) return;  // a whole half-warp: kBlock divides 32 and kThreads
+  const int j = static_cast<int>(t % kBlock);
+  const unsigned half = (threadIdx.x & 16u) ? 0xffff0000u : 0x0000ffffu;
+  const std::int64_t tr = tile / scale_cols, tc = tile % scale_cols;
+  const std::int64_t r = tr * kBlock + j, c0 = tc * kBlock;
+  const bool live = r < rows;
+  const int n = static_cast<int>(min(static_cast<std::int64_t>(kBlock), cols - c0));
+  float v[kBlock];
+  if (vec && live) {
+    const auto* xv = reinterpret_cast<const typename V::T*>(x + r * cols + c0);
+#pragma unroll
+    for (int k = 0; k < kBlock / V::kElems; ++k) V::unpack(__ldg(xv + k), v + k * V::kElems);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) v[i] = live && i < n ? to_float(x[r * cols + c0 + i]) : 0.0f;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) amax = max_ignore_nan(amax, abs_f32(v[i]));
+#pragma unroll
+  for (int off = kBlock / 2; off > 0; off /= 2) amax = max_ignore_nan(amax, __shfl_xor_sync(half, amax, off));
+  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
+  if (j == 0) a.scales[tile] = s;
+  if (!live) return;
+  const float e_b = nvfp4_block_encode_scale(s, g.decode);
+  const float s_value = e4m3_decode(s);
+  unsigned long long clipped = 0;
+  std::uint8_t q[kBlock];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    if (i >= n) {
+      q[i] = 0;  // padding: code 0, as the reference leaves it
+      continue;
+    }
+    const std::int64_t at = r * cols + c0 + i;
+    bool clip;
+    const float y = clamp_e2m1_range(v[i] * e_b, &clip);
+    clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
+    q[i] = e2m1_round(y, a.r, static_cast<std::uint64_t>(r * pcols + c0 + i));
+    if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
+    if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
+  }
+  std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
+#pragma unroll
+  for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
   if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
 }
 
@@ -506,6 +574,13 @@ void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, 
   const std::int64_t pcols = (cols + kBlock - 1) / kBlock * kBlock;
   const std::int64_t srows = (rows + br - 1) / br, scols = pcols / kBlock, tiles = srows * scols;
   if (tiles == 0) return;
+  if (br == kBlock) {
+    const bool vec = cols % kBlock == 0 && aligned(d_x, 16);
+    quantize_16x16_kernel<In><<<grid_of(tiles * kBlock, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, srows,
+                                                                                       scols, vec, a);
+    check(cudaGetLastError(), "quantize_16x16_kernel launch");
+    return;
+  }
   quantize_simple_kernel<In><<<grid_of(tiles, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, br, srows, scols,
                                                                              a);
   check(cudaGetLastError(), "quantize_simple_kernel launch");
@@ -680,7 +755,8 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   a.clipped = dclipped.p;
   if (use_lanes) launch_lanes(dx.p, rows, cols, a, nullptr);
   else launch_simple(dx.p, rows, cols, br, a, nullptr);
-  check(cudaDeviceSynchronize(), use_lanes ? "quantize_1x16_owner_kernel" : "quantize_simple_kernel");
+  check(cudaDeviceSynchronize(),
+        use_lanes ? "quantize_1x16_owner_kernel" : two_d ? "quantize_16x16_kernel" : "quantize_simple_kernel");
 
   std::uint32_t key = 0;
   GlobalScale g{};

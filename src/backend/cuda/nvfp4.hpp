@@ -21,7 +21,8 @@ namespace fp4d::cuda {
 
 // Which quantize kernel the host wrapper launches.
 //  Auto:       Lanes where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
-//  Simple:     one thread per 1x16 block or 16x16 tile; every layout and shape.
+//  Simple:     one thread per 1x16 block, or a half-warp per 16x16 tile (a lane per row);
+//              every layout and shape.
 //  Lanes:      1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): 4
 //              lanes per block (2 for BF16 input), each one 16-byte load, block amax by warp
 //              shuffles, one owner lane per block computing its scales, no shared memory; the
