@@ -1148,11 +1148,15 @@ File File::open_(const std::string& path, bool rw, bool clear_stale_writer, bool
   // HDF5 takes a flock on the file (exclusive to write, shared to read) and fails the open when
   // another process holds a conflicting one. A reader opening the file holds it for an instant:
   // wait up to about two seconds for such a lock to pass; a lock held longer is another
-  // process's open file, which is not damage and must not be treated as such.
-  for (int attempt = 0; lock && !f.valid() && attempt < 20 && locked_by_another(path, rw); ++attempt) {
+  // process's open file, which is not damage and must not be treated as such. A failed open
+  // whose lock is already gone when probed (let go between the open and the probe) is tried
+  // once more at once: only a failure with no lock in the way is the file's own.
+  for (int attempt = 0; lock && !f.valid() && attempt < 20; ++attempt) {
+    const bool held = locked_by_another(path, rw);
     H5Eclear2(H5E_DEFAULT);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (held) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     f = Handle(H5Fopen(path.c_str(), mode, fapl.get()));
+    if (!held) break;
   }
   if (!f.valid() && lock && locked_by_another(path, rw)) {
     H5Eclear2(H5E_DEFAULT);

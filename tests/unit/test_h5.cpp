@@ -890,7 +890,8 @@ TEST_CASE("h5: a file another open file description holds HDF5's lock on is in u
   CHECK(what.find("nothing was changed") != std::string::npos);
   REQUIRE(::flock(fd, LOCK_EX) == 0);  // a writer: reading is refused too
   CHECK_THROWS_AS(h5::File::open_read(path), h5::FileInUse);
-  std::thread release([fd] {
+  // A jthread: if the open throws, the release is still joined and the failure is reported.
+  std::jthread release([fd] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ::close(fd);
   });
