@@ -178,6 +178,36 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
   if ((threadIdx.x & 31u) == 0 && m != 0) atomicMax(key, m);
 }
 
+// One row of a scale block: its values v[0 .. n) (the rest of the 16 is padding, code 0) scaled
+// by e_b, clamped, rounded (SR element index r * pcols + column), packed into row r's codes, with
+// the optional dequantized and BF16 outputs; returns how many elements clipped. The one rounding
+// path of the simple and 16x16 kernels, so that both give the reference's bits the same way.
+__device__ __forceinline__ unsigned long long quantize_block_row(const float* v, int n, std::int64_t r, std::int64_t c0,
+                                                                 std::int64_t cols, std::int64_t pcols, std::uint8_t s,
+                                                                 float e_b, float s_value, const GlobalScale& g,
+                                                                 const QuantArgs& a) {
+  unsigned long long clipped = 0;
+  std::uint8_t q[kBlock];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    if (i >= n) {
+      q[i] = 0;  // padding: code 0, as the reference leaves it
+      continue;
+    }
+    const std::int64_t at = r * cols + c0 + i;
+    bool clip;
+    const float y = clamp_e2m1_range(v[i] * e_b, &clip);
+    clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
+    q[i] = e2m1_round(y, a.r, static_cast<std::uint64_t>(r * pcols + c0 + i));
+    if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
+    if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
+  }
+  std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
+#pragma unroll
+  for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
+  return clipped;
+}
+
 // One thread per scale block: rows [tr*br, min(rows, tr*br + br)) x columns [tc*16, +16). The
 // 1x16 blocks of a tensor the lanes kernel cannot take (cols % 16 != 0); 16x16 blocks go to
 // quantize_16x16_kernel, which makes the same bits in parallel.
@@ -200,23 +230,9 @@ __global__ void __launch_bounds__(kThreads)
   a.scales[tile] = s;
   unsigned long long clipped = 0;
   for (std::int64_t r = r0; r < r1; ++r) {
-    std::uint8_t q[kBlock];
-    for (int i = 0; i < kBlock; ++i) {
-      if (i >= n) {
-        q[i] = 0;  // padding: code 0, as the reference leaves it
-        continue;
-      }
-      const std::int64_t at = r * cols + c0 + i;
-      bool clip;
-      const float y = clamp_e2m1_range(to_float(x[at]) * e_b, &clip);
-      clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
-      const auto index = static_cast<std::uint64_t>(r * pcols + c0 + i);
-      q[i] = e2m1_round(y, a.r, index);
-      if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
-      if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
-    }
-    std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
-    for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
+    float v[kBlock];
+    for (int i = 0; i < kBlock; ++i) v[i] = i < n ? to_float(x[r * cols + c0 + i]) : 0.0f;
+    clipped += quantize_block_row(v, n, r, c0, cols, pcols, s, e_b, s_value, g, a);
   }
   if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
 }
@@ -263,25 +279,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!live) return;
   const float e_b = nvfp4_block_encode_scale(s, g.decode);
   const float s_value = e4m3_decode(s);
-  unsigned long long clipped = 0;
-  std::uint8_t q[kBlock];
-#pragma unroll
-  for (int i = 0; i < kBlock; ++i) {
-    if (i >= n) {
-      q[i] = 0;  // padding: code 0, as the reference leaves it
-      continue;
-    }
-    const std::int64_t at = r * cols + c0 + i;
-    bool clip;
-    const float y = clamp_e2m1_range(v[i] * e_b, &clip);
-    clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
-    q[i] = e2m1_round(y, a.r, static_cast<std::uint64_t>(r * pcols + c0 + i));
-    if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
-    if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
-  }
-  std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
-#pragma unroll
-  for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
+  const unsigned long long clipped = quantize_block_row(v, n, r, c0, cols, pcols, s, e_b, s_value, g, a);
   if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
 }
 
