@@ -2,7 +2,7 @@
 // Input element types: float32 and BF16 (raw uint16 bits; BF16 -> float is exact: bits << 16).
 //
 //  amax_kernel<In>     grid-stride max of the |x| bit patterns (NaN -> 0) as uint32 keys: an
-//                      unsigned max is exact, so the warp reduction and the atomicMax give the
+//                      unsigned max is exact, so the warp and block reductions and the atomicMax give the
 //                      same result in any order (deterministic).
 //  quantize_simple<In> one thread per 1x16 block: the spec's loop, every shape, partial blocks
 //                      zero-padded (padding codes 0).
@@ -174,8 +174,16 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
     done = V::kElems * nv;
   }
   for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key_dev(to_float(x[i])));
+  // Warp, then block, then one atomicMax per block: a same-address atomic per warp (8 per
+  // block, thousands per pass, all arriving as the streams end) serialises at the L2.
+  __shared__ std::uint32_t part[kThreads / 32];
   m = __reduce_max_sync(0xffffffffu, m);
-  if ((threadIdx.x & 31u) == 0 && m != 0) atomicMax(key, m);
+  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = __reduce_max_sync(0xffffffffu, threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0u);
+    if (threadIdx.x == 0 && m != 0) atomicMax(key, m);
+  }
 }
 
 // One row of a scale block: its values v[0 .. n) (the rest of the 16 is padding, code 0) scaled
