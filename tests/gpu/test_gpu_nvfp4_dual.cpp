@@ -26,6 +26,8 @@ namespace fp4d::cuda {
 std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_bad, std::uint64_t* undecided);
 // ... and of the hardware E4M3 conversion against e4m3_rne_satfinite (non-NaN; NaN counted apart).
 std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches);
+// ... and of the table decode of the BF16 operands against nvfp4_unscaled_bf16.
+std::uint64_t dual_unscaled_decode_exhaustive_check(std::uint32_t* first_bad);
 }  // namespace fp4d::cuda
 
 namespace {
@@ -183,6 +185,15 @@ TEST_CASE("Dual NVFP4: the hardware E4M3 conversion equals e4m3_rne_satfinite on
   const std::uint64_t bad = cuda::dual_e4m3_hw_exhaustive_check(&first_bad, &nan_mismatches);
   INFO("first mismatching input bits 0x" << std::hex << first_bad << std::dec << "; NaN inputs that differ: "
                                          << nan_mismatches);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("The table decode of the BF16 operands equals nvfp4_unscaled_bf16 element by element") {
+  // Every scale code 0 .. 0x7e with every 16-bit half of a code word, both halves of both
+  // words of a block: all 2^32 words.
+  std::uint32_t first_bad = 0;
+  const std::uint64_t bad = cuda::dual_unscaled_decode_exhaustive_check(&first_bad);
+  INFO("first mismatching code word 0x" << std::hex << first_bad);
   CHECK(bad == 0);
 }
 
