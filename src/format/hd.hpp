@@ -52,6 +52,19 @@ FP4D_HD double bits_double(std::uint64_t u) {
 }
 
 FP4D_HD float abs_f32(float x) { return bits_float(float_bits(x) & 0x7fffffffu); }
+// CUDA's __byte_perm(x, y, s): byte n of the result is byte ((s >> 4n) & 7) of the eight bytes
+// x (0..3) and y (4..7), little endian. The device form is one PRMT instruction.
+FP4D_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const std::uint64_t in = (static_cast<std::uint64_t>(y) << 32) | x;
+  std::uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<std::uint32_t>((in >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+  return r;
+#endif
+}
+
 FP4D_HD bool is_nan_f32(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 FP4D_HD bool is_finite_f32(float x) { return (float_bits(x) & 0x7f800000u) != 0x7f800000u; }
 FP4D_HD bool sign_bit_f32(float x) { return (float_bits(x) >> 31) != 0u; }

@@ -291,57 +291,16 @@ __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale 
   return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
 }
 
-// The emulated GEMM's BF16 operands of one 1x16 block: element i is nvfp4_unscaled_bf16(code i,
-// S_b) (exact, no global scale), its code in nibble i of `codes`. By table rather than element
-// by element: the eight magnitudes E2M1value(m) * S_b, m = 0..7, are exact floats whose top
-// halves are their BF16 bits, so their high and low bytes are packed into two byte tables of
-// eight entries, and one byte permute (PRMT) looks up four elements' bytes at once, the
-// magnitude code being the permute's byte selector (its bit 3, the code's sign, masked off:
-// PRMT would read it as "replicate the sign"). The signs go into the high bytes by one
-// multiply per two elements: (c & 0x88) * (2^4 + 2^8) puts bit 3 at bit 7 and bit 7 at bit 15,
-// the cross terms land on bits 11 and 12 only, outside the mask. About four instructions per
-// element where the decode element by element took about ten; the same bits (checked against
-// nvfp4_unscaled_bf16 for every scale code and every pattern of each half of a code word,
-// unscaled_decode_check_kernel).
-struct UnscaledTables {
-  std::uint32_t hi[2], lo[2];  // byte m of hi[m / 4] / lo[m / 4]: BF16 bits of magnitude m, high / low byte
-};
-__device__ __forceinline__ UnscaledTables unscaled_tables(std::uint8_t scale_code) {
-  const float s = e4m3_decode(scale_code);
-  const std::uint32_t f[8] = {0u,
-                              float_bits(0.5f * s),
-                              float_bits(s),
-                              float_bits(1.5f * s),
-                              float_bits(2.0f * s),
-                              float_bits(3.0f * s),
-                              float_bits(4.0f * s),
-                              float_bits(6.0f * s)};
-  UnscaledTables t;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const std::uint32_t* q = f + 4 * h;
-    // Byte 3 (high) or 2 (low) of q[0], q[1] into bytes 0, 1; of q[2], q[3] likewise; joined.
-    t.hi[h] = __byte_perm(__byte_perm(q[0], q[1], 0x0073u), __byte_perm(q[2], q[3], 0x0073u), 0x5410u);
-    t.lo[h] = __byte_perm(__byte_perm(q[0], q[1], 0x0062u), __byte_perm(q[2], q[3], 0x0062u), 0x5410u);
-  }
-  return t;
-}
-// The BF16 bits of four elements (codes in the low 16 bits of c, element k in nibble k) as two
-// words, elements 0 and 1 in the first (element 0 in its low half).
-__device__ __forceinline__ uint2 unscaled_bf16x4(const UnscaledTables& t, std::uint32_t c) {
-  const std::uint32_t sel = c & 0x7777u;
-  const std::uint32_t signs = ((c & 0x88u) * 0x110u & 0x8080u) | ((c & 0x8800u) * 0x11000u & 0x80800000u);
-  const std::uint32_t hi = __byte_perm(t.hi[0], t.hi[1], sel) | signs, lo = __byte_perm(t.lo[0], t.lo[1], sel);
-  return make_uint2(__byte_perm(lo, hi, 0x5140u), __byte_perm(lo, hi, 0x7362u));
-}
-// The block's 16 BF16 values as two 16-byte stores (out 16-byte aligned).
+// The emulated GEMM's BF16 operands of one 1x16 block (element i: nvfp4_unscaled_bf16 of code
+// i, in nibble i of `codes`, exact, no global scale) by nvfp4_unscaled_bf16x4's byte tables,
+// as two 16-byte stores (out 16-byte aligned).
 __device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, std::uint8_t scale_code, std::uint16_t* out) {
-  const UnscaledTables t = unscaled_tables(scale_code);
-  const uint2 a = unscaled_bf16x4(t, codes.x), b = unscaled_bf16x4(t, codes.x >> 16);
-  const uint2 c = unscaled_bf16x4(t, codes.y), d = unscaled_bf16x4(t, codes.y >> 16);
+  const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(e4m3_decode(scale_code));
+  const Bf16x4 a = nvfp4_unscaled_bf16x4(t, codes.x), b = nvfp4_unscaled_bf16x4(t, codes.x >> 16);
+  const Bf16x4 c = nvfp4_unscaled_bf16x4(t, codes.y), d = nvfp4_unscaled_bf16x4(t, codes.y >> 16);
   uint4* o = reinterpret_cast<uint4*>(out);
-  o[0] = make_uint4(a.x, a.y, b.x, b.y);
-  o[1] = make_uint4(c.x, c.y, d.x, d.y);
+  o[0] = make_uint4(a.lo, a.hi, b.lo, b.hi);
+  o[1] = make_uint4(c.lo, c.hi, d.lo, d.hi);
 }
 
 // The warp's shared tile: 16 rows of 64 elements as 16-byte chunks (BF16: 8 per row, float: 16).
@@ -787,28 +746,27 @@ __global__ void e4m3_hw_check_kernel(unsigned long long* bad, std::uint32_t* fir
   if (n_nan) atomicAdd(bad + 1, n_nan);
 }
 
-// The table decode of store_unscaled_bf16_block against nvfp4_unscaled_bf16: for every 32-bit
-// b, scale code (b >> 16) % 127 (every finite non-negative E4M3 code, 0 .. 0x7e, each with
-// every low half of b) and the code words b and b rotated by 16 (so every scale code meets
+// nvfp4_unscaled_bf16x4 as the kernels compile it, against nvfp4_unscaled_bf16: for every
+// 32-bit b, scale code (b >> 16) % 127 (every finite non-negative E4M3 code, 0 .. 0x7e, each
+// with every low half of b) and the code words b and b rotated by 16 (so every scale code meets
 // every pattern of each half of a word, the two halves taking different paths).
 __global__ void unscaled_decode_check_kernel(unsigned long long* bad, std::uint32_t* first_bad) {
   unsigned long long n_bad = 0;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t b = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < (1ull << 32); b += stride) {
     const auto w = static_cast<std::uint32_t>(b);
-    const auto sc = static_cast<std::uint8_t>((w >> 16) % 127u);
-    const uint2 codes = make_uint2(w, (w << 16) | (w >> 16));
-    const UnscaledTables t = unscaled_tables(sc);
-    const uint2 q[4] = {unscaled_bf16x4(t, codes.x), unscaled_bf16x4(t, codes.x >> 16), unscaled_bf16x4(t, codes.y),
-                        unscaled_bf16x4(t, codes.y >> 16)};
-    const float s = e4m3_decode(sc);
+    const float s = e4m3_decode(static_cast<std::uint8_t>((w >> 16) % 127u));
+    const std::uint32_t words[2] = {w, (w << 16) | (w >> 16)};
+    const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(s);
     bool wrong = false;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const std::uint32_t word = i < 8 ? codes.x : codes.y;
-      const std::uint32_t pair = (i & 2) ? q[i / 4].y : q[i / 4].x;
-      const std::uint32_t got = (i & 1) ? pair >> 16 : pair & 0xffffu;
-      wrong |= got != nvfp4_unscaled_bf16(static_cast<std::uint8_t>((word >> (4 * (i & 7))) & 0xfu), s);
+    for (int q = 0; q < 4; ++q) {
+      const std::uint32_t c = words[q / 2] >> (16 * (q & 1));
+      const Bf16x4 v = nvfp4_unscaled_bf16x4(t, c);
+      const std::uint32_t got[4] = {v.lo & 0xffffu, v.lo >> 16, v.hi & 0xffffu, v.hi >> 16};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        wrong |= got[k] != nvfp4_unscaled_bf16(static_cast<std::uint8_t>((c >> (4 * k)) & 0xfu), s);
     }
     if (wrong) {
       ++n_bad;
@@ -848,8 +806,8 @@ std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint6
                               "e4m3_hw_check_kernel", first_bad, nan_mismatches);
 }
 
-// Test hook: code words b (of all 2^32; unscaled_decode_check_kernel) on which the table
-// decode of the BF16 operands disagrees with nvfp4_unscaled_bf16; *first_bad the smallest.
+// Test hook: code words b (of all 2^32; unscaled_decode_check_kernel) on which the device's
+// nvfp4_unscaled_bf16x4 disagrees with nvfp4_unscaled_bf16; *first_bad the smallest.
 std::uint64_t dual_unscaled_decode_exhaustive_check(std::uint32_t* first_bad) {
   std::uint64_t unused = 0;
   return run_exhaustive_check(
