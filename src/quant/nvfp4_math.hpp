@@ -74,7 +74,8 @@ FP4D_HD std::uint16_t nvfp4_unscaled_bf16(std::uint8_t code, float scale_value) 
 // elements: (c & 0x88) * (2^4 + 2^8) puts bit 3 at bit 7 and bit 7 at bit 15; the cross terms
 // land on bits 11 and 12 only, outside the mask. About four instructions per element on the
 // device against about ten element by element; the same bits (tests: every scale code with
-// every 16 bits of codes, on the CPU and on the GPU).
+// every 16 bits of codes, on the CPU and on the GPU) for the finite non-negative scales
+// 0 .. 0x7e, the only ones a block scale can be (e4m3_rne_satfinite of an amax >= 0).
 struct UnscaledBf16Tables {
   std::uint32_t hi[2], lo[2];  // byte m % 4 of hi[m / 4] / lo[m / 4]: the BF16 bits of magnitude m, high / low byte
 };

@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
   for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key_dev(to_float(x[i])));
   // Warp, then block, then one atomicMax per block: a same-address atomic per warp (8 per
   // block, thousands per pass, all arriving as the streams end) serialises at the L2.
-  __shared__ std::uint32_t part[kThreads / 32];
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "amax_kernel: whole warps, at most 32 of them");
+  __shared__ std::uint32_t part[kThreads / 32];  // launched with kThreads threads only
   m = __reduce_max_sync(0xffffffffu, m);
   if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = m;
   __syncthreads();
