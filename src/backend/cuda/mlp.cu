@@ -225,7 +225,7 @@ struct MlpCudaTrainer::Impl {
                                                                 loss_terms->p);
       launch_check("softmax_ce_kernel launch");
     } else {
-      mse_kernel<<<blocks_for(M), kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
+      mse_kernel<<<mse_blocks(M), kMseTile, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
                                                          static_cast<float>(M * last.out), loss_terms->p);
       launch_check("mse_kernel launch");
     }

@@ -68,25 +68,63 @@ struct ActBackwardPair {
 };
 
 // The loss terms, one per row (sample), as sim/mlp.cpp computes them; tree_sum_kernel adds
-// them in model/tree_sum.hpp's order. One thread per row.
+// them in model/tree_sum.hpp's order.
 // Regression: term_i = sum_j (double(Y) - double(T))^2 in ascending j; dZ = (Y - T) / (M out) in
-// float32.
-__global__ void mse_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
-                           std::int64_t M, std::int64_t out, float denom, double* __restrict__ terms) {
-  FP4D_GRID_STRIDE(i, M) {
+// float32. Each row's sum is a chain in j, so the rows are the parallelism: a warp (the block)
+// per 32 rows, a lane per row. The rows come in as 32 x 32 tiles, a lane per column (coalesced
+// loads and dZ stores), and through shared memory each lane adds its own row's terms; the next
+// tile's loads are issued before the current tile's sums, which they overlap. (A thread
+// walking its own row touched a different cache line in every lane of every access, and the
+// few blocks of a long row ran on a handful of multiprocessors: milliseconds for 4096 x 4096.)
+constexpr int kMseTile = 32;
+unsigned mse_blocks(std::int64_t M) {
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((M + kMseTile - 1) / kMseTile, 65535)));
+}
+__global__ void __launch_bounds__(kMseTile) mse_kernel(const float* __restrict__ y, const float* __restrict__ t,
+                                                        float* __restrict__ dz, std::int64_t M, std::int64_t out,
+                                                        float denom, double* __restrict__ terms) {
+  __shared__ float ys[kMseTile][kMseTile + 1], ts[kMseTile][kMseTile + 1];  // [row][column], padded: no bank conflicts
+  const int lane = static_cast<int>(threadIdx.x);
+  for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kMseTile; r0 < M;
+       r0 += static_cast<std::int64_t>(gridDim.x) * kMseTile) {
+    float yv[kMseTile], tv[kMseTile];  // column c0 + lane of rows r0 .. r0 + 31
+    const auto load = [&](std::int64_t c0) {
+      const std::int64_t c = c0 + lane;
+#pragma unroll
+      for (int i = 0; i < kMseTile; ++i) {
+        const bool in = r0 + i < M && c < out;
+        yv[i] = in ? y[(r0 + i) * out + c] : 0.0f;
+        tv[i] = in ? t[(r0 + i) * out + c] : 0.0f;
+      }
+    };
+    const std::int64_t row = r0 + lane;
     double acc = 0.0;
-    for (std::int64_t j = 0; j < out; ++j) {
-      const std::int64_t e = i * out + j;
-      const double d = static_cast<double>(y[e]) - static_cast<double>(t[e]);
-      acc += d * d;
-      dz[e] = (y[e] - t[e]) / denom;
+    load(0);
+    for (std::int64_t c0 = 0; c0 < out; c0 += kMseTile) {
+      const std::int64_t c = c0 + lane;
+      __syncwarp();  // every lane is done reading the previous tile
+#pragma unroll
+      for (int i = 0; i < kMseTile; ++i) {
+        ys[i][lane] = yv[i];
+        ts[i][lane] = tv[i];
+        if (r0 + i < M && c < out) dz[(r0 + i) * out + c] = (yv[i] - tv[i]) / denom;
+      }
+      if (c0 + kMseTile < out) load(c0 + kMseTile);
+      __syncwarp();  // the tile is in shared memory
+      const int nc = out - c0 < kMseTile ? static_cast<int>(out - c0) : kMseTile;
+      if (row < M)
+        for (int j = 0; j < nc; ++j) {
+          const double d = static_cast<double>(ys[lane][j]) - static_cast<double>(ts[lane][j]);
+          acc += d * d;
+        }
     }
-    terms[i] = acc;
+    if (row < M) terms[row] = acc;
   }
 }
 
 // Classification: term_i = the loss in double against the teacher's argmax class,
-// dZ = (softmax(Y) - onehot) / M in float32 (max, exp, sum, divide in ascending order).
+// dZ = (softmax(Y) - onehot) / M in float32 (max, exp, sum, divide in ascending order). One
+// thread per row: the classes are few.
 __global__ void softmax_ce_kernel(const float* __restrict__ y, const float* __restrict__ t, float* __restrict__ dz,
                                   std::int64_t M, std::int64_t out, double* __restrict__ terms) {
   FP4D_GRID_STRIDE(i, M) {
@@ -124,7 +162,9 @@ struct StepParams {
 // The optimizers: model/mlp_math.hpp, element by element, as sim/mlp.cpp's train_step<float>.
 // Every layer in one launch (blockIdx.y = the layer; a small model's step is bound by its
 // launches): each layer's elements grid-stride over blockIdx.x, its lost updates counted into
-// lost[blockIdx.y] (integer sums, so the order of the atomics does not matter).
+// lost[blockIdx.y] (integer sums, so the order does not matter): summed over the block first,
+// then one atomicAdd per block (an atomic per thread put millions of same-address atomics on
+// the L2 when most updates were lost, which bound a wide model's optimizer step).
 struct OptimizerLayer {
   float* w = nullptr;
   float* m1 = nullptr;
@@ -136,6 +176,22 @@ constexpr int kOptimizerLayersPerLaunch = 16;
 struct OptimizerLayers {
   OptimizerLayer layer[kOptimizerLayersPerLaunch];
 };
+
+// *total += the sum of every thread's count in the block (blockDim.x = kThreads): warp sums,
+// then the block's, then one atomicAdd. Every thread of the block must call it.
+__device__ __forceinline__ void add_block_count(unsigned long long count, unsigned long long* total) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "add_block_count: whole warps, at most 32");
+  __shared__ unsigned long long part[kThreads / 32];
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
+  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long sum = 0;
+    for (int k = 0; k < kThreads / 32; ++k) sum += part[k];
+    if (sum) atomicAdd(total, sum);
+  }
+}
 
 __global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
                            unsigned long long* __restrict__ lost) {
@@ -149,7 +205,7 @@ __global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p,
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
   }
-  if (count) atomicAdd(lost + blockIdx.y, count);
+  add_block_count(count, lost + blockIdx.y);
 }
 
 __global__ void adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, unsigned long long* __restrict__ lost) {
@@ -164,7 +220,7 @@ __global__ void adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ 
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
   }
-  if (count) atomicAdd(lost + blockIdx.y, count);
+  add_block_count(count, lost + blockIdx.y);
 }
 
 }  // namespace
