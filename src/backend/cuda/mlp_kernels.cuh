@@ -178,9 +178,11 @@ struct OptimizerLayers {
 };
 
 // *total += the sum of every thread's count in the block (blockDim.x = kThreads): warp sums,
-// then the block's, then one atomicAdd. Every thread of the block must call it.
+// then the block's, then one atomicAdd. Every thread of the block must call it, once per kernel
+// (its shared array is not re-synchronised for a second call); the kernels that call it are
+// launched with kThreads threads (__launch_bounds__ says so).
 __device__ __forceinline__ void add_block_count(unsigned long long count, unsigned long long* total) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "add_block_count: whole warps, at most 32");
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "add_block_count: whole warps, at most 32 warps");
   __shared__ unsigned long long part[kThreads / 32];
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
@@ -193,7 +195,8 @@ __device__ __forceinline__ void add_block_count(unsigned long long count, unsign
   }
 }
 
-__global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
+__global__ void __launch_bounds__(kThreads)
+    sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
                            unsigned long long* __restrict__ lost) {
   const OptimizerLayer y = ls.layer[blockIdx.y];
   float* __restrict__ w = y.w;
@@ -208,7 +211,8 @@ __global__ void sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p,
   add_block_count(count, lost + blockIdx.y);
 }
 
-__global__ void adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, unsigned long long* __restrict__ lost) {
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, unsigned long long* __restrict__ lost) {
   const OptimizerLayer y = ls.layer[blockIdx.y];
   float* __restrict__ w = y.w;
   float* __restrict__ m1 = y.m1;

@@ -25,6 +25,7 @@
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4.hpp"
+#include "backend/cuda/unscaled_bf16_store.cuh"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
@@ -191,29 +192,39 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
 // by e_b, clamped, rounded (SR element index r * pcols + column), packed into row r's codes, with
 // the optional dequantized and BF16 outputs; returns how many elements clipped. The one rounding
 // path of the simple and 16x16 kernels, so that both give the reference's bits the same way.
+// A whole block whose destinations are aligned (the 16x16 kernel on cols % 16 == 0) leaves as
+// one 8-byte code store and two 16-byte BF16 stores: element by element, each lane's one- and
+// two-byte stores went to a different row from its neighbours', 26 store instructions per row
+// that made the weight quantization of a wide layer memory-transaction bound.
 __device__ __forceinline__ unsigned long long quantize_block_row(const float* v, int n, std::int64_t r, std::int64_t c0,
                                                                  std::int64_t cols, std::int64_t pcols, std::uint8_t s,
                                                                  float e_b, float s_value, const GlobalScale& g,
                                                                  const QuantArgs& a) {
   unsigned long long clipped = 0;
-  std::uint8_t q[kBlock];
+  std::uint32_t w[2] = {0, 0};  // the codes, element i in nibble i % 8 of w[i / 8]; padding stays code 0
 #pragma unroll
   for (int i = 0; i < kBlock; ++i) {
-    if (i >= n) {
-      q[i] = 0;  // padding: code 0, as the reference leaves it
-      continue;
-    }
-    const std::int64_t at = r * cols + c0 + i;
+    if (i >= n) continue;
     bool clip;
     const float y = clamp_e2m1_range(v[i] * e_b, &clip);
     clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
-    q[i] = e2m1_round(y, a.r, static_cast<std::uint64_t>(r * pcols + c0 + i));
-    if (a.dequantized) a.dequantized[at] = nvfp4_dequantize(q[i], s, g.decode);
-    if (a.bf16_unscaled) a.bf16_unscaled[at] = static_cast<std::uint16_t>(unscaled_bf16(q[i], s_value));
+    const std::uint8_t q = e2m1_round(y, a.r, static_cast<std::uint64_t>(r * pcols + c0 + i));
+    w[i >> 3] |= static_cast<std::uint32_t>(q) << (4 * (i & 7));
+    if (a.dequantized) a.dequantized[r * cols + c0 + i] = nvfp4_dequantize(q, s, g.decode);
   }
   std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
+  std::uint16_t* br = a.bf16_unscaled ? a.bf16_unscaled + r * cols + c0 : nullptr;
+  const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  if (n == kBlock && addr(cr) % 8 == 0 && (br == nullptr || addr(br) % 16 == 0)) {
+    *reinterpret_cast<uint2*>(cr) = make_uint2(w[0], w[1]);
+    if (br) store_unscaled_bf16_block(make_uint2(w[0], w[1]), s_value, br);
+    return clipped;
+  }
 #pragma unroll
-  for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
+  for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(w[i >> 2] >> (8 * (i & 3)));
+  if (br)
+    for (int i = 0; i < n; ++i)
+      br[i] = static_cast<std::uint16_t>(unscaled_bf16(static_cast<std::uint8_t>((w[i >> 3] >> (4 * (i & 7))) & 0xfu), s_value));
   return clipped;
 }
 

@@ -42,6 +42,7 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
+#include "backend/cuda/unscaled_bf16_store.cuh"
 #include "format/bf16.hpp"
 #include "format/e2m1.hpp"
 #include "format/fp8.hpp"
@@ -291,18 +292,6 @@ __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale 
   return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
 }
 
-// The emulated GEMM's BF16 operands of one 1x16 block (element i: nvfp4_unscaled_bf16 of code
-// i, in nibble i of `codes`, exact, no global scale) by nvfp4_unscaled_bf16x4's byte tables,
-// as two 16-byte stores (out 16-byte aligned).
-__device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, std::uint8_t scale_code, std::uint16_t* out) {
-  const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(e4m3_decode(scale_code));
-  const Bf16x4 a = nvfp4_unscaled_bf16x4(t, codes.x), b = nvfp4_unscaled_bf16x4(t, codes.x >> 16);
-  const Bf16x4 c = nvfp4_unscaled_bf16x4(t, codes.y), d = nvfp4_unscaled_bf16x4(t, codes.y >> 16);
-  uint4* o = reinterpret_cast<uint4*>(out);
-  o[0] = make_uint4(a.lo, a.hi, b.lo, b.hi);
-  o[1] = make_uint4(c.lo, c.hi, d.lo, d.hi);
-}
-
 // The warp's shared tile: 16 rows of 64 elements as 16-byte chunks (BF16: 8 per row, float: 16).
 // Chunk ch of row r sits at ch ^ ((ch >> 3) << 1) ^ (r & 1): the 16-byte stores of a quarter
 // warp (two rows, four blocks) and the column reads (one word or two per lane along a row) each
@@ -541,14 +530,14 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     for (int h = 0; h < 2; ++h) {
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
       const std::int64_t base = (R0 + tr) * cols + cb;
-      store_unscaled_bf16_block(*reinterpret_cast<const uint2*>(out.row_codes + base / 2), sh.row_scales[tr][blk],
-                                out.row_bf16 + base);
+      store_unscaled_bf16_block(*reinterpret_cast<const uint2*>(out.row_codes + base / 2),
+                                e4m3_decode(sh.row_scales[tr][blk]), out.row_bf16 + base);
     }
   }
   if (out.col_bf16 && col_in) {
 #pragma unroll 1
     for (int j = 0; j < 2; ++j)
-      store_unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], sh.col_scales[warp][2 * lane + j],
+      store_unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], e4m3_decode(sh.col_scales[warp][2 * lane + j]),
                                 out.col_bf16 + (c + j) * rows + r0);
   }
 }

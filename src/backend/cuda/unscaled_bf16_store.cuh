@@ -1,0 +1,29 @@
+// The emulated GEMM's BF16 operand of one whole 1x16 block, as the quantizers write it (.cu
+// files only): element i is nvfp4_unscaled_bf16(code i, S_b) (E2M1 value x block scale, exact,
+// no global scale), computed four at a time by nvfp4_unscaled_bf16x4's byte tables and stored
+// as two 16-byte words.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "quant/nvfp4_math.hpp"
+
+namespace fp4d::cuda {
+
+namespace {
+
+// codes: element i in nibble i % 8 of codes.x (i < 8) or codes.y; out 16-byte aligned.
+__device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, float scale_value, std::uint16_t* out) {
+  const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(scale_value);
+  const Bf16x4 a = nvfp4_unscaled_bf16x4(t, codes.x), b = nvfp4_unscaled_bf16x4(t, codes.x >> 16);
+  const Bf16x4 c = nvfp4_unscaled_bf16x4(t, codes.y), d = nvfp4_unscaled_bf16x4(t, codes.y >> 16);
+  uint4* o = reinterpret_cast<uint4*>(out);
+  o[0] = make_uint4(a.lo, a.hi, b.lo, b.hi);
+  o[1] = make_uint4(c.lo, c.hi, d.lo, d.hi);
+}
+
+}  // namespace
+
+}  // namespace fp4d::cuda
