@@ -197,7 +197,7 @@ __device__ __forceinline__ void add_block_count(unsigned long long count, unsign
 
 __global__ void __launch_bounds__(kThreads)
     sgd_kernel(OptimizerLayers ls, const StepParams* __restrict__ p, float mu, float wd, int decay,
-                           unsigned long long* __restrict__ lost) {
+               unsigned long long* __restrict__ lost) {
   const OptimizerLayer y = ls.layer[blockIdx.y];
   float* __restrict__ w = y.w;
   float* __restrict__ m1 = y.m1;

@@ -223,8 +223,10 @@ __device__ __forceinline__ unsigned long long quantize_block_row(const float* v,
 #pragma unroll
   for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(w[i >> 2] >> (8 * (i & 3)));
   if (br)
-    for (int i = 0; i < n; ++i)
-      br[i] = static_cast<std::uint16_t>(unscaled_bf16(static_cast<std::uint8_t>((w[i >> 3] >> (4 * (i & 7))) & 0xfu), s_value));
+    for (int i = 0; i < n; ++i) {
+      const auto q = static_cast<std::uint8_t>((w[i >> 3] >> (4 * (i & 7))) & 0xfu);
+      br[i] = static_cast<std::uint16_t>(unscaled_bf16(q, s_value));
+    }
   return clipped;
 }
 
