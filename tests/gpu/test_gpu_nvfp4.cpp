@@ -240,6 +240,32 @@ void check_device_api(const std::vector<In>& x_host, const Matrix& values, const
   CHECK(scales == ref.scale_codes);
 }
 
+// The 16x16 device API (the resident steps' 2D weights): amax pass, then 16x16 tiles with the
+// BF16 output, at element offsets 0 (whole aligned blocks: one 8-byte code store and two
+// 16-byte BF16 stores per block row) and 1 (the BF16 output misaligned: element by element),
+// against the CPU reference; shapes with partial tiles included.
+TEST_CASE("NVFP4 16x16 device-pointer API with its BF16 output equals the CPU reference") {
+  for (const Mode& m : kModes)
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{64, 256}, {48, 80}, {37, 50}, {16, 16}}) {
+      INFO("mode " << m.name << ", " << rows << "x" << cols);
+      const QuantSpec s = make_spec(true, false, m, 5);
+      const Matrix x = random_matrix(rows, cols, 71 + static_cast<std::uint64_t>(rows * cols), true);
+      QuantizedTensor ref;
+      ref.spec = s;
+      nvfp4_quantize_reference(x, s, ref);
+      DeviceRun<float> run(x.data.size(), ref.codes.size(), ref.scale_codes.size());
+      for (const int offset : {0, 1}) {
+        INFO("BF16 output offset " << offset);
+        check_cuda(cudaMemcpy(run.x, x.data.data(), x.data.size() * sizeof(float), cudaMemcpyHostToDevice));
+        run.poison();
+        cuda::nvfp4_amax_device(run.x, static_cast<std::int64_t>(x.data.size()), run.key);
+        cuda::nvfp4_quantize_16x16_device_from_amax(run.x, rows, cols, run.key, s.rounding, false, run.codes, run.scales,
+                                                    nullptr, run.unscaled + offset);
+        run.require_matches(ref, offset);
+      }
+    }
+}
+
 const std::pair<std::int64_t, std::int64_t> kApiShapes[] = {{48, 160}, {64, 256}, {37, 50}, {1, 17},
                                                             {33, 16},  {2, 8},   {128, 1024}};
 

@@ -215,18 +215,23 @@ __device__ __forceinline__ unsigned long long quantize_block_row(const float* v,
   std::uint8_t* cr = a.codes + r * (pcols / 2) + c0 / 2;
   std::uint16_t* br = a.bf16_unscaled ? a.bf16_unscaled + r * cols + c0 : nullptr;
   const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
-  if (n == kBlock && addr(cr) % 8 == 0 && (br == nullptr || addr(br) % 16 == 0)) {
+  // (s <= 0x7e: the table decode covers the finite non-negative scale codes, all a block scale
+  // from nvfp4_global_scale can be; a caller's out-of-range GlobalScale takes the general path.)
+  if (n == kBlock && s <= 0x7eu && addr(cr) % 8 == 0 && (br == nullptr || addr(br) % 16 == 0)) {
     *reinterpret_cast<uint2*>(cr) = make_uint2(w[0], w[1]);
     if (br) store_unscaled_bf16_block(make_uint2(w[0], w[1]), s_value, br);
     return clipped;
   }
 #pragma unroll
   for (int i = 0; i < kBlock / 2; ++i) cr[i] = static_cast<std::uint8_t>(w[i >> 2] >> (8 * (i & 3)));
-  if (br)
-    for (int i = 0; i < n; ++i) {
+  if (br) {
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) {  // unrolled: w[i >> 3] stays in registers
+      if (i >= n) break;
       const auto q = static_cast<std::uint8_t>((w[i >> 3] >> (4 * (i & 7))) & 0xfu);
       br[i] = static_cast<std::uint16_t>(unscaled_bf16(q, s_value));
     }
+  }
   return clipped;
 }
 
