@@ -235,32 +235,30 @@ __device__ __forceinline__ unsigned long long quantize_block_row(const float* v,
   return clipped;
 }
 
-// One thread per scale block: rows [tr*br, min(rows, tr*br + br)) x columns [tc*16, +16). The
+// One thread per 1x16 block: row r, columns [c0, c0 + 16) (a partial block zero-padded). The
 // 1x16 blocks of a tensor the lanes kernel cannot take (cols % 16 != 0); 16x16 blocks go to
-// quantize_16x16_kernel, which makes the same bits in parallel.
+// quantize_16x16_kernel, which makes the same bits in parallel. The block's values are loaded
+// once, for its amax and its rounding (padding is +0, which leaves the amax as it is).
 template <class In>
 __global__ void __launch_bounds__(kThreads)
     quantize_simple_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t pcols,
-                           int br, std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
+                           std::int64_t scale_cols, QuantArgs a) {
   const GlobalScale g = kernel_global(a);
   const std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (tile >= scale_rows * scale_cols) return;
-  const std::int64_t tr = tile / scale_cols, tc = tile % scale_cols;
-  const std::int64_t r0 = tr * br, r1 = min(rows, r0 + br), c0 = tc * kBlock;
+  if (tile >= rows * scale_cols) return;
+  const std::int64_t r = tile / scale_cols, c0 = (tile % scale_cols) * kBlock;
   const int n = static_cast<int>(min(static_cast<std::int64_t>(kBlock), cols - c0));
+  float v[kBlock];
   float amax = 0.0f;
-  for (std::int64_t r = r0; r < r1; ++r)
-    for (int i = 0; i < n; ++i) amax = max_ignore_nan(amax, abs_f32(to_float(x[r * cols + c0 + i])));
-  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
-  const float e_b = nvfp4_block_encode_scale(s, g.decode);
-  const float s_value = e4m3_decode(s);
-  a.scales[tile] = s;
-  unsigned long long clipped = 0;
-  for (std::int64_t r = r0; r < r1; ++r) {
-    float v[kBlock];
-    for (int i = 0; i < kBlock; ++i) v[i] = i < n ? to_float(x[r * cols + c0 + i]) : 0.0f;
-    clipped += quantize_block_row(v, n, r, c0, cols, pcols, s, e_b, s_value, g, a);
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    v[i] = i < n ? to_float(x[r * cols + c0 + i]) : 0.0f;
+    amax = max_ignore_nan(amax, abs_f32(v[i]));
   }
+  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
+  a.scales[tile] = s;
+  const unsigned long long clipped =
+      quantize_block_row(v, n, r, c0, cols, pcols, s, nvfp4_block_encode_scale(s, g.decode), e4m3_decode(s), g, a);
   if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
 }
 
@@ -606,8 +604,7 @@ void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, 
     check(cudaGetLastError(), "quantize_16x16_kernel launch");
     return;
   }
-  quantize_simple_kernel<In><<<grid_of(tiles, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, br, srows, scols,
-                                                                             a);
+  quantize_simple_kernel<In><<<grid_of(tiles, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, scols, a);
   check(cudaGetLastError(), "quantize_simple_kernel launch");
 }
 
