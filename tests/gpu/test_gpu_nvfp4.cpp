@@ -51,11 +51,14 @@ void check_cuda(cudaError_t e) { REQUIRE(e == cudaSuccess); }
 // reference's codes and scales, which must be exact in BF16 (low 16 float bits zero).
 std::vector<std::uint16_t> expected_unscaled(const QuantizedTensor& ref) {
   std::vector<std::uint16_t> out(static_cast<std::size_t>(ref.rows * ref.cols));
+  // One scale per row (1x16 blocks) or per 16 rows (16x16 tiles): read off the scale grid.
+  const std::int64_t rows_per_scale = ref.scale_rows == ref.rows ? 1 : 16;
+  REQUIRE(ref.scale_rows == (ref.rows + rows_per_scale - 1) / rows_per_scale);
   for (std::int64_t r = 0; r < ref.rows; ++r)
     for (std::int64_t c = 0; c < ref.cols; ++c) {
       const std::uint8_t byte = ref.codes[static_cast<std::size_t>(r * ref.padded_cols / 2 + c / 2)];
       const std::uint8_t code = (c & 1) ? byte >> 4 : byte & 0xfu;
-      const std::uint8_t s = ref.scale_codes[static_cast<std::size_t>(r * ref.scale_cols + c / 16)];
+      const std::uint8_t s = ref.scale_codes[static_cast<std::size_t>(r / rows_per_scale * ref.scale_cols + c / 16)];
       const std::uint32_t bits = float_bits(e2m1_decode(code) * e4m3_decode(s));
       REQUIRE((bits & 0xffffu) == 0u);
       out[static_cast<std::size_t>(r * ref.cols + c)] = static_cast<std::uint16_t>(bits >> 16);
