@@ -358,6 +358,93 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
   else reinterpret_cast<uint2*>(out)[v] = make_uint2(w[0], w[1]);
 }
 
+// 16x16 blocks of a row-major tensor with cols % 16 == 0 and 16-byte aligned rows: a warp per
+// 16-row strip of eight blocks (128 columns), lane l its four columns 4l .. 4l + 3 of all 16 rows,
+// the four lanes of a block reducing its amax by two __shfl_xor steps. Every load, code store
+// (2 bytes a lane) and BF16 store (8 bytes) of a warp then covers one contiguous row segment;
+// quantize_16x16_kernel's half-warp per block, a lane per row, touches 16 rows in each access
+// and its stores are 16 rows apart. The rounding is quantize_block_row's, element for element
+// (clamp, e2m1 rounding by element index r * cols + c, pcols = cols), through round_lane, whose
+// one Philox call gives the four SR words of a lane's row piece (hw SR stays with
+// quantize_16x16_kernel: its words are per 1x16 block).
+template <class In, Rounding R>
+__global__ void __launch_bounds__(kThreads)
+    quantize_16x16_strip_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols,
+                                std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
+  constexpr int kCols = 4, kStrip = 32 * kCols;
+  const GlobalScale g = kernel_global(a);
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const std::int64_t strips = (cols + kStrip - 1) / kStrip;
+  if (warp >= scale_rows * strips) return;  // a whole warp: the shuffles below see every lane
+  const std::int64_t tr = warp / strips, c = (warp % strips) * kStrip + kCols * lane;
+  const bool live = c < cols;  // cols % 16 == 0: a block's four lanes are live together
+  float v[kBlock][kCols];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    const std::int64_t r = tr * kBlock + i;
+    if (!live || r >= rows) {
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) v[i][j] = 0.0f;  // +0 leaves the amax as it is
+    } else if constexpr (sizeof(In) == 4) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(x + r * cols + c));
+      v[i][0] = f.x, v[i][1] = f.y, v[i][2] = f.z, v[i][3] = f.w;
+    } else {
+      const uint2 b = __ldg(reinterpret_cast<const uint2*>(x + r * cols + c));
+      v[i][0] = bits_float(b.x << 16), v[i][1] = bits_float(b.x & 0xffff0000u);
+      v[i][2] = bits_float(b.y << 16), v[i][3] = bits_float(b.y & 0xffff0000u);
+    }
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) amax = max_ignore_nan(amax, abs_f32(v[i][j]));
+  amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  if (!live) return;
+  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
+  if ((lane & 3) == 0) a.scales[tr * scale_cols + c / kBlock] = s;
+  const float e_b = nvfp4_block_encode_scale(s, g.decode), s_value = e4m3_decode(s);
+  // (The byte tables cover the finite non-negative scale codes, every code nvfp4_global_scale's
+  // scales give; a caller's out-of-range GlobalScale decodes element by element.)
+  const bool table = s <= 0x7eu;
+  const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(table ? s_value : 0.0f);
+  unsigned long long clipped = 0;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    const std::int64_t r = tr * kBlock + i;
+    if (r >= rows) break;
+    float y[kCols];
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      bool clip;
+      y[j] = clamp_e2m1_range(v[i][j] * e_b, &clip);
+      clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
+    }
+    std::uint8_t q[kCols];
+    round_lane<R, kCols>(y, a.r, static_cast<std::uint64_t>(r * cols + c), nullptr, q);
+    const std::uint32_t packed = q[0] | (q[1] << 4) | (q[2] << 8) | (q[3] << 12);
+    *reinterpret_cast<std::uint16_t*>(a.codes + (r * cols + c) / 2) = static_cast<std::uint16_t>(packed);
+    if (a.bf16_unscaled) {
+      uint2 o;
+      if (table) {
+        const Bf16x4 b = nvfp4_unscaled_bf16x4(t, packed);
+        o = make_uint2(b.lo, b.hi);
+      } else {
+        o = make_uint2(unscaled_bf16(q[0], s_value) | (unscaled_bf16(q[1], s_value) << 16),
+                       unscaled_bf16(q[2], s_value) | (unscaled_bf16(q[3], s_value) << 16));
+      }
+      *reinterpret_cast<uint2*>(a.bf16_unscaled + r * cols + c) = o;
+    }
+    if (a.dequantized)
+      *reinterpret_cast<float4*>(a.dequantized + r * cols + c) =
+          make_float4(nvfp4_dequantize(q[0], s, g.decode), nvfp4_dequantize(q[1], s, g.decode),
+                      nvfp4_dequantize(q[2], s, g.decode), nvfp4_dequantize(q[3], s, g.decode));
+  }
+  if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
+}
+
 // Scales of one 1x16 block from its amax key (the max of its elements' keys, NaN -> 0, which
 // is the block amax the reference's max_ignore_nan fold from 0 gives).
 struct BlockScale {
@@ -591,6 +678,27 @@ void launch_amax(const In* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream
   check(cudaGetLastError(), "amax_kernel launch");
 }
 
+template <class In, Rounding R>
+void launch_16x16_strips_t(const In* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
+                           std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
+  const std::int64_t warps = srows * ((cols + 127) / 128);
+  quantize_16x16_strip_kernel<In, R><<<grid_of(warps * 32, kThreads), kThreads, 0, st>>>(d_x, rows, cols, srows,
+                                                                                         scols, a);
+  check(cudaGetLastError(), "quantize_16x16_strip_kernel launch");
+}
+template <class In>
+void launch_16x16_strips(const In* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
+                         std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
+  switch (a.r.mode) {
+    case Rounding::NearestEven: launch_16x16_strips_t<In, Rounding::NearestEven>(d_x, rows, cols, srows, scols, a, st);
+      break;
+    case Rounding::TowardZero: launch_16x16_strips_t<In, Rounding::TowardZero>(d_x, rows, cols, srows, scols, a, st);
+      break;
+    case Rounding::Stochastic: launch_16x16_strips_t<In, Rounding::Stochastic>(d_x, rows, cols, srows, scols, a, st);
+      break;
+  }
+}
+
 template <class In>
 void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, const QuantArgs& a,
                    cudaStream_t st) {
@@ -599,6 +707,11 @@ void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, 
   if (tiles == 0) return;
   if (br == kBlock) {
     const bool vec = cols % kBlock == 0 && aligned(d_x, 16);
+    if (vec && !(a.r.mode == Rounding::Stochastic && a.r.sr_bits == kSrHw) && aligned(a.codes, 2) &&
+        aligned(a.bf16_unscaled, 8) && aligned(a.dequantized, 16)) {
+      launch_16x16_strips(d_x, rows, cols, srows, scols, a, st);
+      return;
+    }
     quantize_16x16_kernel<In><<<grid_of(tiles * kBlock, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, srows,
                                                                                        scols, vec, a);
     check(cudaGetLastError(), "quantize_16x16_kernel launch");
