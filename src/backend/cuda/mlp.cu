@@ -225,8 +225,8 @@ struct MlpCudaTrainer::Impl {
                                                                 loss_terms->p);
       launch_check("softmax_ce_kernel launch");
     } else {
-      mse_kernel<<<mse_blocks(M), kMseTile, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
-                                                         static_cast<float>(M * last.out), loss_terms->p);
+      mse_kernel<<<mse_blocks(M), kMseThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
+                                                            static_cast<float>(M * last.out), loss_terms->p);
       launch_check("mse_kernel launch");
     }
     tree_sum_kernel<<<1, kThreads, 0, stream>>>(loss_terms->p, M, loss_sum->p);

@@ -70,55 +70,166 @@ struct ActBackwardPair {
 // The loss terms, one per row (sample), as sim/mlp.cpp computes them; tree_sum_kernel adds
 // them in model/tree_sum.hpp's order.
 // Regression: term_i = sum_j (double(Y) - double(T))^2 in ascending j; dZ = (Y - T) / (M out) in
-// float32. Each row's sum is a chain in j, so the rows are the parallelism: a warp (the block)
-// per 32 rows, a lane per row. The rows come in as 32 x 32 tiles, a lane per column (coalesced
-// loads and dZ stores), and through shared memory each lane adds its own row's terms; the next
-// tile's loads are issued before the current tile's sums, which they overlap. (A thread
-// walking its own row touched a different cache line in every lane of every access, and the
-// few blocks of a long row ran on a handful of multiprocessors: milliseconds for 4096 x 4096.)
-constexpr int kMseTile = 32;
+// float32. Each row's sum is a chain in j, one thread's, so there are only M chains, and for one
+// warp to also do the per-element work (two float -> double conversions, a quarter-rate pipe, and
+// dZ's IEEE division) would bound the kernel by that warp's issue rate; and with so few threads
+// the bytes in flight must come from asynchronous copies. So a block of kMseRows rows specialises
+// its warps:
+//  - the kMseProducerWarps producer warps stream tiles of kMseRows x kMseCols of Y and T into a
+//    ring of kMseStages shared-memory stages by cp.async, kMseStages - 1 tiles ahead (28 KB a
+//    block, two blocks a multiprocessor for M = 4096: the DRAM sees enough requests), holding no
+//    registers while in flight; then, a lane per column, they store dZ (128 bytes a row) and the
+//    products d * d (rounded to double) into the double-buffered tile `sq`;
+//  - warp 0, a lane per row, adds its row's products of the previous tile in ascending j: the
+//    roundings of one thread doing it all, its chain overlapping the next tile's products.
+// One __syncthreads per tile orders it: after the barrier of tile k, tile k has landed
+// (cp.async.wait_group, then the barrier), the stage of tile k - 1 is free for tile
+// k + kMseStages - 1, and sq[k % 2] is written (its tile k - 2 was summed before the barrier)
+// while warp 0 reads sq[(k - 1) % 2]. Rows of 16-byte-aligned Y and T with out % 4 == 0 come in
+// as 16-byte copies, any other shape as 4-byte ones into the same layout; nothing out of range
+// is copied, added or stored. sq is swizzled: row i's 16-byte chunk j (columns 2j, 2j + 1) lies
+// at chunk j ^ (i % 8), so warp 0's 16-byte reads (a lane per row, rows 256 bytes apart) hit all
+// 32 banks in each quarter warp, and a producer's row of 32 doubles still fills whole wavefronts.
+constexpr int kMseRows = 16;  // rows per block (the sums' lanes of warp 0)
+constexpr int kMseCols = 32;  // columns per tile (a producer lane each)
+constexpr int kMseStages = 8;
+constexpr int kMseProducerWarps = 8;
+constexpr int kMseThreads = 32 * (1 + kMseProducerWarps);
+static_assert((kMseStages & (kMseStages - 1)) == 0 && kMseStages >= 2, "mse_kernel: a power-of-2 ring");
+static_assert(kMseRows % kMseProducerWarps == 0 && kMseRows % 8 == 0 && kMseRows <= 32, "mse_kernel: row split");
 unsigned mse_blocks(std::int64_t M) {
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((M + kMseTile - 1) / kMseTile, 65535)));
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((M + kMseRows - 1) / kMseRows, 65535)));
 }
-__global__ void __launch_bounds__(kMseTile) mse_kernel(const float* __restrict__ y, const float* __restrict__ t,
-                                                        float* __restrict__ dz, std::int64_t M, std::int64_t out,
-                                                        float denom, double* __restrict__ terms) {
-  __shared__ float ys[kMseTile][kMseTile + 1], ts[kMseTile][kMseTile + 1];  // [row][column], padded: no bank conflicts
-  const int lane = static_cast<int>(threadIdx.x);
-  for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kMseTile; r0 < M;
-       r0 += static_cast<std::int64_t>(gridDim.x) * kMseTile) {
-    float yv[kMseTile], tv[kMseTile];  // column c0 + lane of rows r0 .. r0 + 31
-    const auto load = [&](std::int64_t c0) {
-      const std::int64_t c = c0 + lane;
+// cp.async of Bytes (16: .cg, both addresses 16-byte aligned; 4: .ca) to shared memory.
+template <int Bytes>
+__device__ __forceinline__ void mse_copy_async(float* dst, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+#else
+  if constexpr (Bytes == 16)
+    *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src);
+  else
+    *dst = *src;
+#endif
+}
+__device__ __forceinline__ void mse_copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most Pending of the thread's newest groups are in flight; other threads see the
+// landed data after a barrier.
+template <int Pending>
+__device__ __forceinline__ void mse_copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+#endif
+}
+__global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restrict__ y, const float* __restrict__ t,
+                                                           float* __restrict__ dz, std::int64_t M, std::int64_t out,
+                                                           float denom, double* __restrict__ terms) {
+  constexpr int RB = kMseRows, C = kMseCols, PW = kMseProducerWarps, S = kMseStages;
+  constexpr int PR = RB / PW;  // rows per producer lane
+  __shared__ __align__(16) float ys[S][RB][C], ts[S][RB][C];  // [stage][row][column]
+  __shared__ __align__(16) double sq[2][RB][C];               // [tile % 2][row][swizzled column]
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int p = tid - 32;  // producer thread index (warps 1 ..)
+  const bool vec =
+      out % 4 == 0 && ((reinterpret_cast<std::uintptr_t>(y) | reinterpret_cast<std::uintptr_t>(t)) & 15) == 0;
+  const std::int64_t tiles = (out + C - 1) / C;
+  for (std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * RB; r0 < M;
+       r0 += static_cast<std::int64_t>(gridDim.x) * RB) {
+    const int rows = M - r0 < RB ? static_cast<int>(M - r0) : RB;
+    // The producers copy tile k into stage k % S (nothing past the last tile): 16-byte chunk p % 8
+    // of rows p / 8 + 32 PW / 8 n, or column p % 32 of rows p / 32 + PW n. Every thread commits
+    // a group per call, empty or not, so that the wait below counts tiles.
+    const auto issue = [&](std::int64_t k) {
+      if (warp > 0 && k < tiles) {
+        const int s = static_cast<int>(k & (S - 1));
+        const std::int64_t c0 = k * C;
+        if (vec) {
 #pragma unroll
-      for (int i = 0; i < kMseTile; ++i) {
-        const bool in = r0 + i < M && c < out;
-        yv[i] = in ? y[(r0 + i) * out + c] : 0.0f;
-        tv[i] = in ? t[(r0 + i) * out + c] : 0.0f;
-      }
-    };
-    const std::int64_t row = r0 + lane;
-    double acc = 0.0;
-    load(0);
-    for (std::int64_t c0 = 0; c0 < out; c0 += kMseTile) {
-      const std::int64_t c = c0 + lane;
-      __syncwarp();  // every lane is done reading the previous tile
+          for (int r = p / (C / 4); r < RB; r += 32 * PW / (C / 4)) {
+            const int c = p % (C / 4) * 4;
+            if (r < rows && c0 + c < out) {
+              const std::int64_t off = (r0 + r) * out + c0 + c;
+              mse_copy_async<16>(&ys[s][r][c], y + off);
+              mse_copy_async<16>(&ts[s][r][c], t + off);
+            }
+          }
+        } else {
 #pragma unroll
-      for (int i = 0; i < kMseTile; ++i) {
-        ys[i][lane] = yv[i];
-        ts[i][lane] = tv[i];
-        if (r0 + i < M && c < out) dz[(r0 + i) * out + c] = (yv[i] - tv[i]) / denom;
-      }
-      if (c0 + kMseTile < out) load(c0 + kMseTile);
-      __syncwarp();  // the tile is in shared memory
-      const int nc = out - c0 < kMseTile ? static_cast<int>(out - c0) : kMseTile;
-      if (row < M)
-        for (int j = 0; j < nc; ++j) {
-          const double d = static_cast<double>(ys[lane][j]) - static_cast<double>(ts[lane][j]);
-          acc += d * d;
+          for (int r = p / C; r < RB; r += 32 * PW / C) {
+            const int c = p % C;
+            if (r < rows && c0 + c < out) {
+              const std::int64_t off = (r0 + r) * out + c0 + c;
+              mse_copy_async<4>(&ys[s][r][c], y + off);
+              mse_copy_async<4>(&ts[s][r][c], t + off);
+            }
+          }
         }
+      }
+      mse_copy_commit();
+    };
+    for (int k = 0; k < S - 1; ++k) issue(k);
+    double acc = 0.0;  // warp 0: row r0 + lane's sum
+    for (std::int64_t k = 0; k <= tiles; ++k) {
+      mse_copy_wait<S - 2>();  // tile k (groups are committed in tile order)
+      __syncthreads();
+      issue(k + S - 1);
+      if (warp > 0) {
+        if (k < tiles) {  // tile k, a lane per column, rows warp - 1 + PW i
+          const int s = static_cast<int>(k & (S - 1));
+          const std::int64_t c = k * C + lane;
+          float* const dzp = dz + (r0 + warp - 1) * out + c;
+          float diff[PR];
+          // The products first, then the divisions, whose slow-path branches would otherwise
+          // serialise the rows' independent chains; a whole tile needs no range tests.
+          if (rows == RB && (k + 1) * C <= out) {
+#pragma unroll
+            for (int i = 0; i < PR; ++i) {
+              const int r = warp - 1 + PW * i;
+              const float yv = ys[s][r][lane], tv = ts[s][r][lane];
+              diff[i] = yv - tv;
+              const double d = __dsub_rn(static_cast<double>(yv), static_cast<double>(tv));
+              sq[k & 1][r][lane ^ ((r & 7) << 1)] = __dmul_rn(d, d);
+            }
+#pragma unroll
+            for (int i = 0; i < PR; ++i) dzp[i * PW * out] = diff[i] / denom;
+          } else {
+#pragma unroll
+            for (int i = 0; i < PR; ++i) {
+              const int r = warp - 1 + PW * i;
+              diff[i] = 0.0f;
+              if (r < rows && c < out) {
+                const float yv = ys[s][r][lane], tv = ts[s][r][lane];
+                diff[i] = yv - tv;
+                const double d = __dsub_rn(static_cast<double>(yv), static_cast<double>(tv));
+                sq[k & 1][r][lane ^ ((r & 7) << 1)] = __dmul_rn(d, d);
+              }
+            }
+#pragma unroll
+            for (int i = 0; i < PR; ++i)
+              if (warp - 1 + PW * i < rows && c < out) dzp[i * PW * out] = diff[i] / denom;
+          }
+        }
+      } else if (k > 0 && lane < rows) {  // tile k - 1's products of row r0 + lane, columns in order
+        const std::int64_t left = out - (k - 1) * C;
+        const int nc = left < C ? static_cast<int>(left) : C;
+        const double2* row = reinterpret_cast<const double2*>(sq[(k - 1) & 1][lane]);
+#pragma unroll
+        for (int j = 0; j < C / 2; ++j) {
+          const double2 q = row[j ^ (lane & 7)];
+          if (2 * j < nc) acc = __dadd_rn(acc, q.x);
+          if (2 * j + 1 < nc) acc = __dadd_rn(acc, q.y);
+        }
+      }
     }
-    if (row < M) terms[row] = acc;
+    if (warp == 0 && lane < rows) terms[r0 + lane] = acc;
   }
 }
 
