@@ -29,6 +29,7 @@ struct Layer {
   std::int64_t in = 0, out = 0;
   Buf<float> w, m1, m2, dw, h, z, dz, dh;
   std::unique_ptr<RecipeLinear> lin;  // the recipe's operands and GEMM plans
+  RecipeLinear::WeightAmax w_amax;     // the weight's amax keys, which the optimizer step keeps
 };
 
 }  // namespace
@@ -152,6 +153,9 @@ struct MlpCudaTrainer::Impl {
     t.x = y.h->p, t.w = y.w->p, t.dy = y.dz->p, t.y = y.z->p, t.dx = l > 0 ? y.dh->p : nullptr, t.dw = y.dw->p;
     y.lin = std::make_unique<RecipeLinear>(l, rg->layer_recipe(l), t, &params->p->seed, lt->get(),
                                            opt.accumulator == Accumulator::Sm90, side);
+    // W changes only in the optimizer step, which computes max |W| as it writes W, and in
+    // set_state, which computes it after the upload.
+    y.w_amax = y.lin->adopt_weight_amax();
   }
 
   // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
@@ -245,9 +249,14 @@ struct MlpCudaTrainer::Impl {
     return p;
   }
 
-  // Every layer's optimizer step, counting its lost updates from zero.
+  // Every layer's optimizer step, counting its lost updates and the new weights' amax keys
+  // from zero (this step's weight quantizations, on the side stream, were joined by forward()).
   void update() {
     check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
+    for (const Layer& y : layers)
+      if (y.w_amax.keys)
+        check(cudaMemsetAsync(y.w_amax.keys, 0, static_cast<std::size_t>(y.w_amax.count) * sizeof(std::uint32_t),
+                              stream), "cudaMemsetAsync (weight amax keys)");
     for (int first = 0; first < L; first += kOptimizerLayersPerLaunch)
       update_layers(first, std::min(L - first, kOptimizerLayersPerLaunch));
   }
@@ -259,7 +268,8 @@ struct MlpCudaTrainer::Impl {
     std::int64_t most = 0;
     for (int k = 0; k < count; ++k) {
       Layer& y = layer(first + k);
-      ls.layer[k] = OptimizerLayer{y.w->p, y.m1->p, y.m2->p, y.dw->p, y.in * y.out};
+      ls.layer[k] =
+          OptimizerLayer{y.w->p, y.m1->p, y.m2->p, y.dw->p, y.in * y.out, y.w_amax.keys, y.w_amax.count};
       most = std::max(most, y.in * y.out);
     }
     const dim3 grid(blocks_for(most, 4), static_cast<unsigned>(count));
@@ -457,6 +467,7 @@ void MlpCudaTrainer::set_state(const MlpState<float>& s) {
   // The uploads went through the legacy default stream, which does not order the trainer's
   // non-blocking stream, and a pageable cudaMemcpy may return before its DMA lands: wait.
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set_state)");
+  for (const Layer& y : m.layers) y.lin->refresh_weight_amax(m.stream);  // the new W's amax keys
   m.step = s.step;
 }
 

@@ -275,34 +275,53 @@ struct StepParams {
 // launches): each layer's elements grid-stride over blockIdx.x, its lost updates counted into
 // lost[blockIdx.y] (integer sums, so the order does not matter): summed over the block first,
 // then one atomicAdd per block (an atomic per thread put millions of same-address atomics on
-// the L2 when most updates were lost, which bound a wide model's optimizer step).
+// the L2 when most updates were lost, which bound a wide model's optimizer step). Where the
+// layer's NVFP4 weight quantization reads its amax from the owner (RecipeLinear's
+// adopt_weight_amax), the kernel also leaves max |W| of the new weights in its keys, zeroed
+// before the launch: the max of the elements' amax keys (|w| bits, NaN ignored, as the amax
+// pass's), exact in any order, so the next step's quantization needs no pass over W.
 struct OptimizerLayer {
   float* w = nullptr;
   float* m1 = nullptr;
   float* m2 = nullptr;  // AdamW only
   const float* g = nullptr;
   std::int64_t n = 0;
+  std::uint32_t* amax_keys = nullptr;  // amax_count keys, each to become max |W| (nullptr: none)
+  int amax_count = 0;
 };
 constexpr int kOptimizerLayersPerLaunch = 16;
 struct OptimizerLayers {
   OptimizerLayer layer[kOptimizerLayersPerLaunch];
 };
 
-// *total += the sum of every thread's count in the block (blockDim.x = kThreads): warp sums,
-// then the block's, then one atomicAdd. Every thread of the block must call it, once per kernel
-// (its shared array is not re-synchronised for a second call); the kernels that call it are
-// launched with kThreads threads (__launch_bounds__ says so).
-__device__ __forceinline__ void add_block_count(unsigned long long count, unsigned long long* total) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "add_block_count: whole warps, at most 32 warps");
+// |w| as an ordered integer, NaN -> 0 (quant/nvfp4.hpp's amax_key, the amax passes' key).
+__device__ __forceinline__ std::uint32_t weight_amax_key(float w) {
+  const std::uint32_t a = __float_as_uint(w) & 0x7fffffffu;
+  return a <= 0x7f800000u ? a : 0u;
+}
+
+// The block's part of an optimizer step's totals (blockDim.x = kThreads): *lost += the sum of
+// every thread's count, and each of y's amax keys = max(key, every thread's amax key): warp
+// reductions, then the block's, then one atomic per total. Every thread of the block must call
+// it, once per kernel (its shared arrays are not re-synchronised for a second call); the
+// kernels that call it are launched with kThreads threads (__launch_bounds__ says so).
+__device__ __forceinline__ void finish_optimizer_block(unsigned long long count, std::uint32_t key,
+                                                       const OptimizerLayer& y, unsigned long long* lost) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "finish_optimizer_block: whole warps, at most 32 warps");
   __shared__ unsigned long long part[kThreads / 32];
+  __shared__ std::uint32_t part_key[kThreads / 32];
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
-  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = count;
+  key = __reduce_max_sync(0xffffffffu, key);
+  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = count, part_key[threadIdx.x / 32] = key;
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned long long sum = 0;
-    for (int k = 0; k < kThreads / 32; ++k) sum += part[k];
-    if (sum) atomicAdd(total, sum);
+    std::uint32_t m = 0;
+    for (int k = 0; k < kThreads / 32; ++k) sum += part[k], m = max(m, part_key[k]);
+    if (sum) atomicAdd(lost, sum);
+    if (m)
+      for (int k = 0; k < y.amax_count; ++k) atomicMax(y.amax_keys + k, m);
   }
 }
 
@@ -315,11 +334,15 @@ __global__ void __launch_bounds__(kThreads)
   const float* __restrict__ g = y.g;
   const float lr = p->lr;
   unsigned long long count = 0;
+  std::uint32_t key = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::sgd_update(w[i], m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
+    float wi = w[i];
+    count += mlp_math::sgd_update(wi, m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
+    w[i] = wi;
+    key = max(key, weight_amax_key(wi));
   }
-  add_block_count(count, lost + blockIdx.y);
+  finish_optimizer_block(count, key, y, lost + blockIdx.y);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -331,11 +354,15 @@ __global__ void __launch_bounds__(kThreads)
   const float* __restrict__ g = y.g;
   const AdamArgs a = p->adam;
   unsigned long long count = 0;
+  std::uint32_t key = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < y.n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    count += mlp_math::adamw_update(w[i], m1[i], m2[i], g[i], a) ? 1 : 0;
+    float wi = w[i];
+    count += mlp_math::adamw_update(wi, m1[i], m2[i], g[i], a) ? 1 : 0;
+    w[i] = wi;
+    key = max(key, weight_amax_key(wi));
   }
-  add_block_count(count, lost + blockIdx.y);
+  finish_optimizer_block(count, key, y, lost + blockIdx.y);
 }
 
 }  // namespace

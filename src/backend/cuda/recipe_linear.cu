@@ -247,19 +247,37 @@ RecipeLinear::AmaxTarget RecipeLinear::amax_target(OperandKind k, std::uint64_t 
   return AmaxTarget{(k == OperandKind::Activation ? b_->x : b_->dy)->keys->p, dual_spec(k, seed)};
 }
 
+RecipeLinear::WeightAmax RecipeLinear::adopt_weight_amax() {
+  if (mode_ != Mode::Nvfp4) return {};
+  Buffers& y = *b_;
+  if (y.w2d) owner_amax_ = WeightAmax{y.w2d_key->p, 1};
+  else if (!dual_spec(OperandKind::Weight, 0).col_rht) owner_amax_ = WeightAmax{y.w_dual->keys->p, 2};
+  return owner_amax_;
+}
+
+void RecipeLinear::refresh_weight_amax(cudaStream_t stream) {
+  if (!owner_amax_.keys) return;
+  // quantize_weight's own amax passes, so the keys are theirs bit for bit.
+  if (b_->w2d) nvfp4_amax_device(t_.w, t_.in * t_.out, owner_amax_.keys, stream);
+  else nvfp4_quantize_dual_amax_pass(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, 0), owner_amax_.keys, stream);
+}
+
 // NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
-// columnwise 1x16.
+// columnwise 1x16; the amax pass first unless the owner keeps the keys (adopt_weight_amax).
 void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
   Buffers& y = *b_;
   const QuantSpec wf = spec_of(OperandKind::Weight, GemmRole::Fprop, 1, seed);
+  const bool own_pass = owner_amax_.keys == nullptr;
   if (y.w2d) {
-    nvfp4_amax_device(t_.w, t_.in * t_.out, y.w2d_key->p, stream);
+    if (own_pass) nvfp4_amax_device(t_.w, t_.in * t_.out, y.w2d_key->p, stream);
     nvfp4_quantize_16x16_device_from_amax(t_.w, t_.out, t_.in, y.w2d_key->p, wf.rounding,
                                           wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p, y.w2d->scales->p,
                                           stream, y.w2d->bf16->p, y.w2d_global->p);
   } else {
-    nvfp4_quantize_dual_device(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, seed), Buffers::outputs(*y.w_dual),
-                               y.w_dual->keys->p, stream);
+    const DualSpec ds = dual_spec(OperandKind::Weight, seed);
+    if (own_pass) nvfp4_quantize_dual_amax_pass(t_.w, t_.out, t_.in, ds, y.w_dual->keys->p, stream);
+    nvfp4_quantize_dual_quantize_pass(t_.w, t_.out, t_.in, ds, Buffers::outputs(*y.w_dual), y.w_dual->keys->p,
+                                      stream);
   }
 }
 

@@ -92,6 +92,20 @@ class RecipeLinear {
   };
   AmaxTarget amax_target(OperandKind k, std::uint64_t seed) const;
 
+  // The weight's amax keys (max |W| as float bits: one with 2D weights, else the dual pass's
+  // two, both max |W| since a weight's columnwise side has no RHT) for an owner that keeps them
+  // current, so that quantize_weight skips its amax pass, a full read of W every step.
+  // adopt_weight_amax() hands them over (keys = nullptr where the layer has none to hand: not
+  // NVFP4, or an RHT on the weight's columns); from then on the owner must, before every
+  // start_weight/forward, leave max |W| of the current W there: its optimizer step computes it
+  // as it writes W, and refresh_weight_amax(stream) computes it after any other write of W.
+  struct WeightAmax {
+    std::uint32_t* keys = nullptr;
+    int count = 0;
+  };
+  WeightAmax adopt_weight_amax();
+  void refresh_weight_amax(cudaStream_t stream);
+
   Mode mode() const { return mode_; }
   const std::string& path() const { return path_; }  // one line: how the GEMMs run
   // What would make a replayed graph differ from the eager step ("" if nothing).
@@ -111,6 +125,7 @@ class RecipeLinear {
   cudaStream_t side_ = nullptr;  // NVFP4: the weight's quantization
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   bool weight_started_ = false;  // start_weight ran this step, forward() has not joined it yet
+  WeightAmax owner_amax_{};      // adopt_weight_amax's keys, kept current by the owner
   std::unique_ptr<LtPlan> fprop_, dgrad_, wgrad_;  // null for an fp32 layer in model order:
   LtGemm fprop_shape_, dgrad_shape_, wgrad_shape_;  // these shapes then run on sequential_gemm.cuh
 
