@@ -349,6 +349,35 @@ struct DualShared {
   std::uint64_t seed;
 };
 
+// Each lane's two 32-byte BF16 decodes of whole blocks (o[p], to dst[p], 16-byte aligned),
+// stored by the lane pair (lane, lane ^ 1) so that every store instruction writes whole 32-byte
+// sectors: for each p, the even lane's block leaves in one instruction (its first half by the
+// even lane, its second by the odd one, after a shuffle), then the odd lane's. Stored by its
+// own lane, each instruction wrote half of every sector it touched, so the L2 took two partial
+// writes per sector. A lane whose partner has no block (in = false there) stores its own. Every
+// lane of the warp must call it (the shuffles).
+__device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::uint16_t* const (&dst)[2], bool in) {
+  const bool odd = (threadIdx.x & 1u) != 0;
+  const bool partner_in = __shfl_xor_sync(0xffffffffu, in, 1);  // by every lane: not after a short-circuit
+  const bool both = in && partner_in;
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const uint4 send = odd ? o[p][0] : o[p][1];  // the half the partner stores
+    uint4 recv;
+    recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1), recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
+    recv.z = __shfl_xor_sync(0xffffffffu, send.z, 1), recv.w = __shfl_xor_sync(0xffffffffu, send.w, 1);
+    auto* const mine = reinterpret_cast<uint4*>(dst[p]);
+    auto* const theirs = reinterpret_cast<uint4*>(
+        __shfl_xor_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst[p]), 1));
+    if (both) {
+      (odd ? theirs : mine)[odd] = odd ? recv : o[p][0];  // the even lane's block
+      (odd ? mine : theirs)[odd] = odd ? o[p][1] : recv;  // the odd lane's block
+    } else if (in) {
+      mine[0] = o[p][0], mine[1] = o[p][1];
+    }
+  }
+}
+
 // Decode: the kernel writes out's BF16 decodes (a separate instantiation, so that the kernels
 // without them carry none of their state: the SR kernels sit at their register limit).
 template <class T, bool Rht, bool RowSr, bool ColSr, bool Decode>
@@ -523,22 +552,32 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     }
   }
 
-  // Decode: the lane's own blocks (every value read here it wrote itself, so no barrier).
-  if (!Decode) return;
-  if (out.row_bf16 && row_in) {
-#pragma unroll 1
+  // Decode: the lane's own blocks (every value read here it wrote itself, so no barrier), each
+  // 32 bytes of BF16, stored by lane pairs (store_block_pairs). warp_in is warp-uniform, as the
+  // pairs' shuffles need.
+  if (!Decode || !warp_in) return;
+  if (out.row_bf16) {
+    uint4 o[2][2];
+    std::uint16_t* dst[2];
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
       const std::int64_t base = (R0 + tr) * cols + cb;
-      store_unscaled_bf16_block(*reinterpret_cast<const uint2*>(out.row_codes + base / 2),
-                                e4m3_decode(sh.row_scales[tr][blk]), out.row_bf16 + base);
+      const uint2 codes = row_in ? *reinterpret_cast<const uint2*>(out.row_codes + base / 2) : make_uint2(0, 0);
+      unscaled_bf16_block(codes, e4m3_decode(sh.row_scales[tr][blk]), o[h]);
+      dst[h] = out.row_bf16 + base;
     }
+    store_block_pairs(o, dst, row_in);
   }
-  if (out.col_bf16 && col_in) {
-#pragma unroll 1
-    for (int j = 0; j < 2; ++j)
-      store_unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], e4m3_decode(sh.col_scales[warp][2 * lane + j]),
-                                out.col_bf16 + (c + j) * rows + r0);
+  if (out.col_bf16) {
+    uint4 o[2][2];
+    std::uint16_t* dst[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], e4m3_decode(sh.col_scales[warp][2 * lane + j]), o[j]);
+      dst[j] = out.col_bf16 + (c + j) * rows + r0;
+    }
+    store_block_pairs(o, dst, col_in);
   }
 }
 

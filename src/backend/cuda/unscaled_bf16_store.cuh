@@ -14,14 +14,21 @@ namespace fp4d::cuda {
 
 namespace {
 
-// codes: element i in nibble i % 8 of codes.x (i < 8) or codes.y; out 16-byte aligned.
-__device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, float scale_value, std::uint16_t* out) {
+// codes: element i in nibble i % 8 of codes.x (i < 8) or codes.y; o[0] elements 0..7, o[1] 8..15.
+__device__ __forceinline__ void unscaled_bf16_block(uint2 codes, float scale_value, uint4 (&o)[2]) {
   const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(scale_value);
   const Bf16x4 a = nvfp4_unscaled_bf16x4(t, codes.x), b = nvfp4_unscaled_bf16x4(t, codes.x >> 16);
   const Bf16x4 c = nvfp4_unscaled_bf16x4(t, codes.y), d = nvfp4_unscaled_bf16x4(t, codes.y >> 16);
-  uint4* o = reinterpret_cast<uint4*>(out);
   o[0] = make_uint4(a.lo, a.hi, b.lo, b.hi);
   o[1] = make_uint4(c.lo, c.hi, d.lo, d.hi);
+}
+
+// The same, stored; out 16-byte aligned.
+__device__ __forceinline__ void store_unscaled_bf16_block(uint2 codes, float scale_value, std::uint16_t* out) {
+  uint4 o[2];
+  unscaled_bf16_block(codes, scale_value, o);
+  reinterpret_cast<uint4*>(out)[0] = o[0];
+  reinterpret_cast<uint4*>(out)[1] = o[1];
 }
 
 }  // namespace
