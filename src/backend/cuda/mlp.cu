@@ -221,20 +221,30 @@ struct MlpCudaTrainer::Impl {
   }
 
   // The loss of the last layer's output into loss_sum (a term per row, then their tree sum:
-  // sim/mlp.cpp's order) and its gradient dZ_{L-1}.
-  void loss_and_output_gradient() {
+  // sim/mlp.cpp's order) and its gradient dZ_{L-1}. The regression loss's kernel is also the
+  // amax pass of dZ_{L-1}'s NVFP4 quantization where the last layer has one (then true).
+  bool loss_and_output_gradient(std::uint64_t seed) {
     Layer& last = layers.back();
+    bool amax_done = false;
     if (spec.task == "classification") {
       softmax_ce_kernel<<<blocks_for(M), kThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
                                                                 loss_terms->p);
       launch_check("softmax_ce_kernel launch");
     } else {
+      const RecipeLinear::AmaxTarget t = last.lin->amax_target(OperandKind::Gradient, seed);
+      MseAmax a;
+      if (t.keys && M % 16 == 0) {  // the kernel's column blocks are its blocks' 16 rows
+        check(cudaMemsetAsync(t.keys, 0, 2 * sizeof(std::uint32_t), stream), "cudaMemsetAsync (dZ amax keys)");
+        a.keys = t.keys, a.rht = t.spec.col_rht, a.rs = rht_args(t.spec);
+        amax_done = true;
+      }
       mse_kernel<<<mse_blocks(M), kMseThreads, 0, stream>>>(last.z->p, target->p, last.dz->p, M, last.out,
-                                                            static_cast<float>(M * last.out), loss_terms->p);
+                                                            static_cast<float>(M * last.out), loss_terms->p, a);
       launch_check("mse_kernel launch");
     }
     tree_sum_kernel<<<1, kThreads, 0, stream>>>(loss_terms->p, M, loss_sum->p);
     launch_check("tree_sum_kernel launch");
+    return amax_done;
   }
 
   // The step's seed and optimizer coefficients (StepParams), as the host computes them.
@@ -338,10 +348,9 @@ struct MlpCudaTrainer::Impl {
     // Every NVFP4 weight's quantization first, on the side stream: none waits for the layers
     // before its own.
     for (int l = 0; l < L; ++l) layer(l).lin->start_weight(seed, stream);
-    bool amax_done = false;  // the input batch and the loss gradient come without amaxes
+    bool amax_done = false;  // the input batch comes without amaxes
     for (int l = 0; l < L; ++l) amax_done = forward_layer(l, seed, amax_done);
-    loss_and_output_gradient();
-    amax_done = false;
+    amax_done = loss_and_output_gradient(seed);
     for (int l = L - 1; l >= 0; --l) amax_done = backward_layer(l, seed, amax_done);
     if (ops) download_operands(ops);
     update();

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/launch_util.cuh"
 #include "model/mlp_math.hpp"
 
@@ -90,6 +91,16 @@ struct ActBackwardPair {
 // is copied, added or stored. sq is swizzled: row i's 16-byte chunk j (columns 2j, 2j + 1) lies
 // at chunk j ^ (i % 8), so warp 0's 16-byte reads (a lane per row, rows 256 bytes apart) hit all
 // 32 banks in each quarter warp, and a producer's row of 32 doubles still fills whole wavefronts.
+// Where dZ is quantized as NVFP4 next (MseAmax::keys given; M a multiple of 16, so a block's 16
+// rows are the quantizer's 16-row column blocks), the kernel is also that quantization's amax
+// pass (dual_amax.cuh's keys, the same bits): the producers keep max |dZ|, store each tile's dZ
+// in a shared tile too, and in the next tile's interval warp 1 takes that tile's columns, a lane
+// each, through the quantizer's rht16 for max |RHT_16(dZ)|; one atomicMax per key and block.
+struct MseAmax {
+  std::uint32_t* keys = nullptr;  // zeroed before the launch; nullptr: no amax pass
+  bool rht = false;
+  RhtArgs rs{};
+};
 constexpr int kMseRows = 16;  // rows per block (the sums' lanes of warp 0)
 constexpr int kMseCols = 32;  // columns per tile (a producer lane each)
 constexpr int kMseStages = 8;
@@ -131,11 +142,15 @@ __device__ __forceinline__ void mse_copy_wait() {
 }
 __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restrict__ y, const float* __restrict__ t,
                                                            float* __restrict__ dz, std::int64_t M, std::int64_t out,
-                                                           float denom, double* __restrict__ terms) {
+                                                           float denom, double* __restrict__ terms, MseAmax amax) {
   constexpr int RB = kMseRows, C = kMseCols, PW = kMseProducerWarps, S = kMseStages;
   constexpr int PR = RB / PW;  // rows per producer lane
+  static_assert(RB == 16, "mse_kernel: the amax pass's column blocks are the block's 16 rows");
   __shared__ __align__(16) float ys[S][RB][C], ts[S][RB][C];  // [stage][row][column]
   __shared__ __align__(16) double sq[2][RB][C];               // [tile % 2][row][swizzled column]
+  __shared__ float dzs[2][RB][C + 1];  // [tile % 2][row][column] (amax pass only; padded: no bank conflicts)
+  const bool keys = amax.keys != nullptr;
+  float ar = 0.0f, ac = 0.0f;  // max |dZ| (producers), max |RHT_16(dZ)| along columns (warp 1)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int p = tid - 32;  // producer thread index (warps 1 ..)
   const bool vec =
@@ -199,7 +214,14 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
               sq[k & 1][r][lane ^ ((r & 7) << 1)] = __dmul_rn(d, d);
             }
 #pragma unroll
-            for (int i = 0; i < PR; ++i) dzp[i * PW * out] = diff[i] / denom;
+            for (int i = 0; i < PR; ++i) {
+              const float g = diff[i] / denom;
+              dzp[i * PW * out] = g;
+              if (keys) {
+                ar = fmaxf(ar, fabsf(g));
+                dzs[k & 1][warp - 1 + PW * i][lane] = g;
+              }
+            }
           } else {
 #pragma unroll
             for (int i = 0; i < PR; ++i) {
@@ -213,9 +235,24 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
               }
             }
 #pragma unroll
-            for (int i = 0; i < PR; ++i)
-              if (warp - 1 + PW * i < rows && c < out) dzp[i * PW * out] = diff[i] / denom;
+            for (int i = 0; i < PR; ++i) {
+              const float g = diff[i] / denom;
+              if (warp - 1 + PW * i < rows && c < out) {
+                dzp[i * PW * out] = g;
+                if (keys) ar = fmaxf(ar, fabsf(g));
+              }
+              if (keys) dzs[k & 1][warp - 1 + PW * i][lane] = g;  // +0 out of range: never a key
+            }
           }
+        }
+        // Tile k - 1's columns (stored before this interval's barrier) through the RHT.
+        if (keys && warp == 1 && k > 0 && (k - 1) * C + lane < out) {
+          float v[RB];
+#pragma unroll
+          for (int i = 0; i < RB; ++i) v[i] = dzs[(k - 1) & 1][i][lane];
+          if (amax.rht) rht16(v, amax.rs);
+#pragma unroll
+          for (int i = 0; i < RB; ++i) ac = fmaxf(ac, fabsf(v[i]));
         }
       } else if (k > 0 && lane < rows) {  // tile k - 1's products of row r0 + lane, columns in order
         const std::int64_t left = out - (k - 1) * C;
@@ -230,6 +267,19 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
       }
     }
     if (warp == 0 && lane < rows) terms[r0 + lane] = acc;
+  }
+  if (!keys) return;
+  // Warp, then block, then one atomicMax per key (the same maxima in any order).
+  __shared__ std::uint32_t part[2][kMseThreads / 32];
+  if (!amax.rht) ac = ar;
+  const std::uint32_t kr = __reduce_max_sync(0xffffffffu, __float_as_uint(ar));
+  const std::uint32_t kc = __reduce_max_sync(0xffffffffu, __float_as_uint(ac));
+  if (lane == 0) part[0][warp] = kr, part[1][warp] = kc;
+  __syncthreads();
+  if (tid < 2) {
+    std::uint32_t m = 0;
+    for (int w = 0; w < kMseThreads / 32; ++w) m = max(m, part[tid][w]);
+    if (m) atomicMax(amax.keys + tid, m);
   }
 }
 
