@@ -463,12 +463,16 @@ void MlpCudaTrainer::set_state(const MlpState<float>& s) {
   const bool adam = m.spec.optimizer == Optimizer::AdamW;
   if (s.w.size() != m.layers.size() || s.m1.size() != m.layers.size() || (adam && s.m2.size() != m.layers.size()))
     throw std::invalid_argument("MlpCudaTrainer: the state has the wrong number of layers");
+  // Every size checked before anything is uploaded: a state refused half-way would leave some
+  // layers' W new and their amax keys old.
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    const auto n = static_cast<std::size_t>(m.layers[l].in * m.layers[l].out);
+    if (s.w[l].size() != n || s.m1[l].size() != n || (adam && s.m2[l].size() != n))
+      throw std::invalid_argument("MlpCudaTrainer: layer " + std::to_string(l) + " of the state has the wrong size");
+  }
   check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (set_state)");
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     Layer& y = m.layers[l];
-    const auto n = static_cast<std::size_t>(y.in * y.out);
-    if (s.w[l].size() != n || s.m1[l].size() != n || (adam && s.m2[l].size() != n))
-      throw std::invalid_argument("MlpCudaTrainer: layer " + std::to_string(l) + " of the state has the wrong size");
     y.w->upload(s.w[l].data());
     y.m1->upload(s.m1[l].data());
     if (adam) y.m2->upload(s.m2[l].data());
