@@ -324,8 +324,8 @@ struct StepParams {
 // Every layer in one launch (blockIdx.y = the layer; a small model's step is bound by its
 // launches): each layer's elements grid-stride over blockIdx.x, its lost updates counted into
 // lost[blockIdx.y] (integer sums, so the order does not matter): summed over the block first,
-// then one atomicAdd per block (an atomic per thread put millions of same-address atomics on
-// the L2 when most updates were lost, which bound a wide model's optimizer step). Where the
+// then one atomicAdd per block (an atomic per thread would put millions of same-address
+// atomics on the L2 when most updates are lost, bounding a wide model's optimizer step). Where the
 // layer's NVFP4 weight quantization reads its amax from the owner (RecipeLinear's
 // adopt_weight_amax), the kernel also leaves max |W| of the new weights in its keys, zeroed
 // before the launch: the max of the elements' amax keys (|w| bits, NaN ignored, as the amax

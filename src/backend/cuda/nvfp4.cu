@@ -6,8 +6,11 @@
 //                      same result in any order (deterministic).
 //  quantize_simple<In> one thread per 1x16 block: the spec's loop, every shape, partial blocks
 //                      zero-padded (padding codes 0).
-//  quantize_16x16<In>  16x16 tiles: a half-warp per tile, a lane per row, the tile amax by
-//                      __shfl_xor; every shape, padded as the simple kernel.
+//  quantize_16x16_strip<R>  16x16 tiles of float input, cols % 16 == 0, aligned outputs, every
+//                      rounding but hw SR: a warp per 16 x 128 strip, a lane per 4 columns of
+//                      its 16 rows, the tile amax by __shfl_xor among a tile's 4 lanes.
+//  quantize_16x16<In>  16x16 tiles otherwise: a half-warp per tile, a lane per row, the tile
+//                      amax by __shfl_xor; every shape, padded as the simple kernel.
 //  quantize_1x16_owner<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
 //                      load (4 floats or 8 BF16), block amaxes reduce-scattered by __shfl_xor,
 //                      one owner lane per block computes its scales and broadcasts them; every
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
@@ -237,7 +241,7 @@ __device__ __forceinline__ unsigned long long quantize_block_row(const float* v,
 
 // One thread per 1x16 block: row r, columns [c0, c0 + 16) (a partial block zero-padded). The
 // 1x16 blocks of a tensor the lanes kernel cannot take (cols % 16 != 0); 16x16 blocks go to
-// quantize_16x16_kernel, which makes the same bits in parallel. The block's values are loaded
+// the 16x16 kernels, which make the same bits in parallel. The block's values are loaded
 // once, for its amax and its rounding (padding is +0, which leaves the amax as it is).
 template <class In>
 __global__ void __launch_bounds__(kThreads)
@@ -707,10 +711,13 @@ void launch_simple(const In* d_x, std::int64_t rows, std::int64_t cols, int br, 
   if (tiles == 0) return;
   if (br == kBlock) {
     const bool vec = cols % kBlock == 0 && aligned(d_x, 16);
-    if (vec && !(a.r.mode == Rounding::Stochastic && a.r.sr_bits == kSrHw) && aligned(a.codes, 2) &&
-        aligned(a.bf16_unscaled, 8) && aligned(a.dequantized, 16)) {
-      launch_16x16_strips(d_x, rows, cols, srows, scols, a, st);
-      return;
+    // (Float input only: every 16x16 caller quantizes float32 weights.)
+    if constexpr (std::is_same_v<In, float>) {
+      if (vec && !(a.r.mode == Rounding::Stochastic && a.r.sr_bits == kSrHw) && aligned(a.codes, 2) &&
+          aligned(a.bf16_unscaled, 8) && aligned(a.dequantized, 16)) {
+        launch_16x16_strips(d_x, rows, cols, srows, scols, a, st);
+        return;
+      }
     }
     quantize_16x16_kernel<In><<<grid_of(tiles * kBlock, kThreads), kThreads, 0, st>>>(d_x, rows, cols, pcols, srows,
                                                                                        scols, vec, a);
@@ -891,7 +898,7 @@ void nvfp4_quantize_cuda(const Matrix& x, const QuantSpec& spec, QuantizedTensor
   if (use_lanes) launch_lanes(dx.p, rows, cols, a, nullptr);
   else launch_simple(dx.p, rows, cols, br, a, nullptr);
   check(cudaDeviceSynchronize(),
-        use_lanes ? "quantize_1x16_owner_kernel" : two_d ? "quantize_16x16_kernel" : "quantize_simple_kernel");
+        use_lanes ? "quantize_1x16_owner_kernel" : two_d ? "the 16x16 quantize kernel" : "quantize_simple_kernel");
 
   std::uint32_t key = 0;
   GlobalScale g{};

@@ -21,8 +21,9 @@ namespace fp4d::cuda {
 
 // Which quantize kernel the host wrapper launches.
 //  Auto:       Lanes where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
-//  Simple:     one thread per 1x16 block, or a half-warp per 16x16 tile (a lane per row);
-//              every layout and shape.
+//  Simple:     one thread per 1x16 block; 16x16 tiles by the strip kernel (a warp per 16 x 128
+//              strip) where cols % 16 == 0, the outputs are aligned and SR is not hw, else a
+//              half-warp per tile (a lane per row); every layout and shape.
 //  Lanes:      1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): 4
 //              lanes per block (2 for BF16 input), each one 16-byte load, block amax by warp
 //              shuffles, one owner lane per block computing its scales, no shared memory; the
@@ -79,7 +80,7 @@ void nvfp4_quantize_1x16_device_from_amax(const std::uint16_t* d_x_bf16, std::in
 // 16x16 tiles (the 2D weight layout) of the row-major rows x cols d_x, global scale from the
 // amax key as above: d_codes (rows x padded_cols / 2 bytes), d_scales (ceil(rows/16) x
 // padded_cols/16), optional d_bf16_unscaled (rows x cols) and d_global_out (the GlobalScale
-// the kernel used). One thread per tile.
+// the kernel used). The 16x16 kernels as Nvfp4Kernel::Simple picks them.
 void nvfp4_quantize_16x16_device_from_amax(const float* d_x, std::int64_t rows, std::int64_t cols,
                                            const std::uint32_t* d_amax_key, RoundingSpec r, bool legacy,
                                            std::uint8_t* d_codes, std::uint8_t* d_scales, void* stream = nullptr,

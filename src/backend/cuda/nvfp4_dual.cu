@@ -352,10 +352,10 @@ struct DualShared {
 // Each lane's two 32-byte BF16 decodes of whole blocks (o[p], to dst[p], 16-byte aligned),
 // stored by the lane pair (lane, lane ^ 1) so that every store instruction writes whole 32-byte
 // sectors: for each p, the even lane's block leaves in one instruction (its first half by the
-// even lane, its second by the odd one, after a shuffle), then the odd lane's. Stored by its
-// own lane, each instruction wrote half of every sector it touched, so the L2 took two partial
-// writes per sector. A lane whose partner has no block (in = false there) stores its own. Every
-// lane of the warp must call it (the shuffles).
+// even lane, its second by the odd one, after a shuffle), then the odd lane's. A lane storing
+// its own block would write half of every sector its instruction touches, two partial writes
+// per sector for the L2 to merge. A lane whose partner has no block (in = false there) stores
+// its own. Every lane of the warp must call it (the shuffles).
 __device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::uint16_t* const (&dst)[2], bool in) {
   const bool odd = (threadIdx.x & 1u) != 0;
   const bool partner_in = __shfl_xor_sync(0xffffffffu, in, 1);  // by every lane: not after a short-circuit
