@@ -362,7 +362,7 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
   else reinterpret_cast<uint2*>(out)[v] = make_uint2(w[0], w[1]);
 }
 
-// 16x16 blocks of a row-major tensor with cols % 16 == 0 and 16-byte aligned rows: a warp per
+// 16x16 blocks of a row-major float tensor with cols % 16 == 0 and 16-byte aligned rows: a warp per
 // 16-row strip of eight blocks (128 columns), lane l its four columns 4l .. 4l + 3 of all 16 rows,
 // the four lanes of a block reducing its amax by two __shfl_xor steps. Every load, code store
 // (2 bytes a lane) and BF16 store (8 bytes) of a warp then covers one contiguous row segment;
@@ -371,9 +371,9 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
 // (clamp, e2m1 rounding by element index r * cols + c, pcols = cols), through round_lane, whose
 // one Philox call gives the four SR words of a lane's row piece (hw SR stays with
 // quantize_16x16_kernel: its words are per 1x16 block).
-template <class In, Rounding R>
+template <Rounding R>
 __global__ void __launch_bounds__(kThreads)
-    quantize_16x16_strip_kernel(const In* __restrict__ x, std::int64_t rows, std::int64_t cols,
+    quantize_16x16_strip_kernel(const float* __restrict__ x, std::int64_t rows, std::int64_t cols,
                                 std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
   constexpr int kCols = 4, kStrip = 32 * kCols;
   const GlobalScale g = kernel_global(a);
@@ -390,13 +390,9 @@ __global__ void __launch_bounds__(kThreads)
     if (!live || r >= rows) {
 #pragma unroll
       for (int j = 0; j < kCols; ++j) v[i][j] = 0.0f;  // +0 leaves the amax as it is
-    } else if constexpr (sizeof(In) == 4) {
+    } else {
       const float4 f = __ldg(reinterpret_cast<const float4*>(x + r * cols + c));
       v[i][0] = f.x, v[i][1] = f.y, v[i][2] = f.z, v[i][3] = f.w;
-    } else {
-      const uint2 b = __ldg(reinterpret_cast<const uint2*>(x + r * cols + c));
-      v[i][0] = bits_float(b.x << 16), v[i][1] = bits_float(b.x & 0xffff0000u);
-      v[i][2] = bits_float(b.y << 16), v[i][3] = bits_float(b.y & 0xffff0000u);
     }
   }
   float amax = 0.0f;
@@ -431,15 +427,12 @@ __global__ void __launch_bounds__(kThreads)
     const std::uint32_t packed = q[0] | (q[1] << 4) | (q[2] << 8) | (q[3] << 12);
     *reinterpret_cast<std::uint16_t*>(a.codes + (r * cols + c) / 2) = static_cast<std::uint16_t>(packed);
     if (a.bf16_unscaled) {
-      uint2 o;
       if (table) {
         const Bf16x4 b = nvfp4_unscaled_bf16x4(t, packed);
-        o = make_uint2(b.lo, b.hi);
+        *reinterpret_cast<uint2*>(a.bf16_unscaled + r * cols + c) = make_uint2(b.lo, b.hi);
       } else {
-        o = make_uint2(unscaled_bf16(q[0], s_value) | (unscaled_bf16(q[1], s_value) << 16),
-                       unscaled_bf16(q[2], s_value) | (unscaled_bf16(q[3], s_value) << 16));
+        store_unscaled<kCols>(q, s, a.bf16_unscaled + r * cols + c, 0);
       }
-      *reinterpret_cast<uint2*>(a.bf16_unscaled + r * cols + c) = o;
     }
     if (a.dequantized)
       *reinterpret_cast<float4*>(a.dequantized + r * cols + c) =
@@ -682,23 +675,24 @@ void launch_amax(const In* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream
   check(cudaGetLastError(), "amax_kernel launch");
 }
 
-template <class In, Rounding R>
-void launch_16x16_strips_t(const In* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
+template <Rounding R>
+void launch_16x16_strips_t(const float* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
                            std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
   const std::int64_t warps = srows * ((cols + 127) / 128);
-  quantize_16x16_strip_kernel<In, R><<<grid_of(warps * 32, kThreads), kThreads, 0, st>>>(d_x, rows, cols, srows,
-                                                                                         scols, a);
+  quantize_16x16_strip_kernel<R><<<grid_of(warps * 32, kThreads), kThreads, 0, st>>>(d_x, rows, cols, srows, scols, a);
   check(cudaGetLastError(), "quantize_16x16_strip_kernel launch");
 }
-template <class In>
-void launch_16x16_strips(const In* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
+void launch_16x16_strips(const float* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
                          std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
   switch (a.r.mode) {
-    case Rounding::NearestEven: launch_16x16_strips_t<In, Rounding::NearestEven>(d_x, rows, cols, srows, scols, a, st);
+    case Rounding::NearestEven:
+      launch_16x16_strips_t<Rounding::NearestEven>(d_x, rows, cols, srows, scols, a, st);
       break;
-    case Rounding::TowardZero: launch_16x16_strips_t<In, Rounding::TowardZero>(d_x, rows, cols, srows, scols, a, st);
+    case Rounding::TowardZero:
+      launch_16x16_strips_t<Rounding::TowardZero>(d_x, rows, cols, srows, scols, a, st);
       break;
-    case Rounding::Stochastic: launch_16x16_strips_t<In, Rounding::Stochastic>(d_x, rows, cols, srows, scols, a, st);
+    case Rounding::Stochastic:
+      launch_16x16_strips_t<Rounding::Stochastic>(d_x, rows, cols, srows, scols, a, st);
       break;
   }
 }
