@@ -1,4 +1,4 @@
-// The amax key (quant/nvfp4.hpp's amax_key: |x| as an ordered integer, NaN ignored) of a block
+// The amax key (quant/nvfp4_math.hpp's amax_key: |x| as an ordered integer, NaN ignored) of a block
 // of N consecutive floats, for the CPU quantizers' block-scale loops (NVFP4 16, MXFP4 32).
 // Left to itself GCC vectorises a loop over blocks "outward" with lane permutes that cost more
 // than the rounding; with AVX2 the reduction is written out: N / 8 eight-lane maxima, then three

@@ -11,14 +11,6 @@ namespace fp4d {
 
 constexpr int kNvfp4Block = 16;
 
-// |x| as an integer key whose unsigned order is the order of |x|, with NaN mapped to 0 (so
-// ignored, as fmaxf does): integer max reductions vectorise where float ones with IEEE
-// semantics do not. bits_float(key) is the magnitude.
-inline std::uint32_t amax_key(float x) {
-  const std::uint32_t a = float_bits(x) & 0x7fffffffu;
-  return a & (0u - static_cast<std::uint32_t>(a <= 0x7f800000u));  // a mask, not a select: vectorises
-}
-
 // Branch-free forms of the E4M3 scale conversions for the CPU's vectorised scale loops.
 // e4m3_encode_nonneg(v) == e4m3_rne_satfinite(v) for every v >= 0 that is not NaN (+Inf
 // included) and e4m3_decode_finite(c) == e4m3_decode(c) for every code but the NaNs 0x7f and

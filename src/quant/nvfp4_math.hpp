@@ -53,6 +53,16 @@ FP4D_HD float clamp_e2m1_range(float v, bool* clipped) {
   return v > kE2M1Max ? kE2M1Max : (v < -kE2M1Max ? -kE2M1Max : v);
 }
 
+// |x| as an integer key whose unsigned order is the order of |x|, with NaN mapped to 0 (so
+// ignored, as fmaxf does): integer max reductions vectorise where float ones with IEEE
+// semantics do not, and on the device an unsigned max is exact in any order (warp, block and
+// atomicMax reductions). bits_float(key) is the magnitude; every amax pass, CPU and GPU, keys
+// its elements by this function.
+FP4D_HD std::uint32_t amax_key(float x) {
+  const std::uint32_t a = float_bits(x) & 0x7fffffffu;
+  return a & (0u - static_cast<std::uint32_t>(a <= 0x7f800000u));  // a mask, not a select: vectorises
+}
+
 // Step 6: x_hat = (E2M1value(q) * float(S_b)) * s_dec.
 FP4D_HD float nvfp4_dequantize(std::uint8_t code, std::uint8_t scale_code, float s_dec) {
   return (e2m1_decode(code) * e4m3_decode(scale_code)) * s_dec;

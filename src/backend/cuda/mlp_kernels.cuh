@@ -15,6 +15,7 @@
 #include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/launch_util.cuh"
 #include "model/mlp_math.hpp"
+#include "quant/nvfp4_math.hpp"
 
 namespace fp4d::cuda {
 
@@ -344,12 +345,6 @@ struct OptimizerLayers {
   OptimizerLayer layer[kOptimizerLayersPerLaunch];
 };
 
-// |w| as an ordered integer, NaN -> 0 (quant/nvfp4.hpp's amax_key, the amax passes' key).
-__device__ __forceinline__ std::uint32_t weight_amax_key(float w) {
-  const std::uint32_t a = __float_as_uint(w) & 0x7fffffffu;
-  return a <= 0x7f800000u ? a : 0u;
-}
-
 // The block's part of an optimizer step's totals (blockDim.x = kThreads): *lost += the sum of
 // every thread's count, and each of y's amax keys = max(key, every thread's amax key): warp
 // reductions, then the block's, then one atomic per total. Every thread of the block must call
@@ -390,7 +385,7 @@ __global__ void __launch_bounds__(kThreads)
     float wi = w[i];
     count += mlp_math::sgd_update(wi, m1[i], g[i], mu, lr, wd, decay != 0) ? 1 : 0;
     w[i] = wi;
-    key = max(key, weight_amax_key(wi));
+    key = max(key, amax_key(wi));
   }
   finish_optimizer_block(count, key, y, lost + blockIdx.y);
 }
@@ -410,7 +405,7 @@ __global__ void __launch_bounds__(kThreads)
     float wi = w[i];
     count += mlp_math::adamw_update(wi, m1[i], m2[i], g[i], a) ? 1 : 0;
     w[i] = wi;
-    key = max(key, weight_amax_key(wi));
+    key = max(key, amax_key(wi));
   }
   finish_optimizer_block(count, key, y, lost + blockIdx.y);
 }

@@ -64,11 +64,6 @@ struct QuantArgs {
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(std::uint16_t b) { return bf16_to_float(b); }
 
-__device__ __forceinline__ std::uint32_t amax_key_dev(float x) {
-  const std::uint32_t a = float_bits(x) & 0x7fffffffu;
-  return a <= 0x7f800000u ? a : 0u;
-}
-
 // The amax keys of two BF16 values held in one word, as two 16-bit halves: |b| with NaN -> 0.
 // A 16-bit key k is the float key k << 16 (the low half of a BF16's float is zero), so the
 // halfword max equals the float keys' max; two elements per SIMD instruction.
@@ -98,7 +93,7 @@ struct Vec16<float> {
     e[3] = v.w;
   }
   static __device__ __forceinline__ std::uint32_t key(const float4& v) {
-    return max(max(amax_key_dev(v.x), amax_key_dev(v.y)), max(amax_key_dev(v.z), amax_key_dev(v.w)));
+    return max(max(amax_key(v.x), amax_key(v.y)), max(amax_key(v.z), amax_key(v.w)));
   }
   // The max of the |x| bit patterns, NaNs included (above 0x7f800000 iff some x is a NaN).
   static __device__ __forceinline__ std::uint32_t raw_key(const float4& v) {
@@ -178,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
     for (; i < nv; i += stride) m = max(m, V::key(__ldg(xv + i)));
     done = V::kElems * nv;
   }
-  for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key_dev(to_float(x[i])));
+  for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key(to_float(x[i])));
   // Warp, then block, then one atomicMax per block: a same-address atomic per warp (8 per
   // block, thousands per pass, all arriving as the streams end) serialises at the L2.
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "amax_kernel: whole warps, at most 32 of them");
