@@ -256,28 +256,30 @@ RecipeLinear::WeightAmax RecipeLinear::adopt_weight_amax() {
 }
 
 void RecipeLinear::refresh_weight_amax(cudaStream_t stream) {
-  if (!owner_amax_.keys) return;
-  // quantize_weight's own amax passes, so the keys are theirs bit for bit.
-  if (b_->w2d) nvfp4_amax_device(t_.w, t_.in * t_.out, owner_amax_.keys, stream);
-  else nvfp4_quantize_dual_amax_pass(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, 0), owner_amax_.keys, stream);
+  if (owner_amax_.keys) weight_amax_pass(0, stream);  // adopted keys: no RHT, the seed plays no part
+}
+
+// The weight quantization's amax pass into its keys: max |W| (16x16), or the dual pass's keys.
+void RecipeLinear::weight_amax_pass(std::uint64_t seed, cudaStream_t stream) {
+  Buffers& y = *b_;
+  if (y.w2d) nvfp4_amax_device(t_.w, t_.in * t_.out, y.w2d_key->p, stream);
+  else
+    nvfp4_quantize_dual_amax_pass(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, seed), y.w_dual->keys->p, stream);
 }
 
 // NVFP4 weights: 16x16 tiles (2D: one quantization for Fprop and Dgrad) or rowwise +
 // columnwise 1x16; the amax pass first unless the owner keeps the keys (adopt_weight_amax).
 void RecipeLinear::quantize_weight(std::uint64_t seed, cudaStream_t stream) {
   Buffers& y = *b_;
-  const QuantSpec wf = spec_of(OperandKind::Weight, GemmRole::Fprop, 1, seed);
-  const bool own_pass = owner_amax_.keys == nullptr;
+  if (!owner_amax_.keys) weight_amax_pass(seed, stream);
   if (y.w2d) {
-    if (own_pass) nvfp4_amax_device(t_.w, t_.in * t_.out, y.w2d_key->p, stream);
+    const QuantSpec wf = spec_of(OperandKind::Weight, GemmRole::Fprop, 1, seed);
     nvfp4_quantize_16x16_device_from_amax(t_.w, t_.out, t_.in, y.w2d_key->p, wf.rounding,
                                           wf.nv_scale_rule == NvScaleRule::TeLegacy, y.w2d->codes->p, y.w2d->scales->p,
                                           stream, y.w2d->bf16->p, y.w2d_global->p);
   } else {
-    const DualSpec ds = dual_spec(OperandKind::Weight, seed);
-    if (own_pass) nvfp4_quantize_dual_amax_pass(t_.w, t_.out, t_.in, ds, y.w_dual->keys->p, stream);
-    nvfp4_quantize_dual_quantize_pass(t_.w, t_.out, t_.in, ds, Buffers::outputs(*y.w_dual), y.w_dual->keys->p,
-                                      stream);
+    nvfp4_quantize_dual_quantize_pass(t_.w, t_.out, t_.in, dual_spec(OperandKind::Weight, seed),
+                                      Buffers::outputs(*y.w_dual), y.w_dual->keys->p, stream);
   }
 }
 

@@ -134,6 +134,7 @@ class RecipeLinear {
   void plan_nvfp4(LtGemm& f, LtGemm& d, LtGemm& w);
   void plan_cast(LtGemm& f, LtGemm& d, LtGemm& w);
   void quantize_weight(std::uint64_t seed, cudaStream_t stream);
+  void weight_amax_pass(std::uint64_t seed, cudaStream_t stream);
   void run_gemm(const std::unique_ptr<LtPlan>& plan, const LtGemm& shape, cudaStream_t stream, const LtContext& lt);
 };
 
