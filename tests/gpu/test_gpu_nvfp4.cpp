@@ -357,6 +357,7 @@ TEST_CASE("NVFP4 GPU benchmark runs") {
       CHECK(r.amax_and_quantize_s > 0);
       CHECK(r.quantize_only_s > 0);
       CHECK(r.amax_only_s > 0);
+      CHECK(r.read_floor_s > 0);
       CHECK(r.copy_gbps() > 0);
       for (const auto& v : r.variants) CHECK(v.second > 0);
     }

@@ -33,6 +33,7 @@ struct Nvfp4BenchResult {
   double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
   double amax_only_s = 0;          // amax kernel alone
   double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
+  double read_floor_s = 0;         // cub::DeviceReduce::Max over the input's bytes (reads only)
   double l2_bytes = 0;             // the device's L2, flushed (read over) before every timed repetition
   // Quantize-only timings of other kernel configurations (name, seconds).
   std::vector<std::pair<std::string, double>> variants;

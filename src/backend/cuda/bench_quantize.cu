@@ -1,5 +1,8 @@
 // bench quantize-cuda (bench.hpp): the NVFP4 1x16 quantizer's device-pointer API (nvfp4.hpp),
-// exactly as fused pipelines call it, against a device-to-device copy of the input.
+// exactly as fused pipelines call it, against a device-to-device copy of the input and, for
+// the amax pass (which reads and writes nothing else), against CUB's max reduction over the
+// same bytes: a tuned read-only kernel, the floor of any pass that only reads the input.
+#include <cub/device/device_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -55,6 +58,18 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   const std::size_t bytes = un * sizeof(In);
   res.copy_s = time_best("cudaMemcpyAsync(D2D) (bench)", [&] {
     check(cudaMemcpyAsync(dcopy.p, dx.p, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync(D2D)");
+  });
+  // The read floor: cub::DeviceReduce::Max over the input's bytes as 32-bit words (its own
+  // temporary storage allocated once, outside the timing; its result to a word of its own: the
+  // max of raw words is no amax key, and the quantize variant below reads dkey).
+  const auto words = reinterpret_cast<const std::uint32_t*>(dx.p);
+  const auto nwords = static_cast<std::int64_t>(bytes / sizeof(std::uint32_t));
+  DeviceBuffer<std::uint32_t> dmax(1, "cudaMalloc(bench cub max)");
+  std::size_t temp_bytes = 0;
+  check(cub::DeviceReduce::Max(nullptr, temp_bytes, words, dmax.p, nwords), "cub::DeviceReduce::Max (size)");
+  DeviceBuffer<std::uint8_t> dtemp(temp_bytes, "cudaMalloc(bench cub temp)");
+  res.read_floor_s = time_best("cub::DeviceReduce::Max (bench)", [&] {
+    check(cub::DeviceReduce::Max(dtemp.p, temp_bytes, words, dmax.p, nwords), "cub::DeviceReduce::Max");
   });
   // Quantize-only variant: the BF16 q * S_b output (the emulated GEMM's operand).
   res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
