@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
@@ -118,7 +119,6 @@ template <class Produce>
 __global__ void __launch_bounds__(dual_tile::kThreads) dual_amax_kernel(Produce produce, std::int64_t rows, std::int64_t cols,
                                                                         bool rht, RhtArgs rs, std::uint32_t* keys) {
   constexpr int kWarps = dual_tile::kWarps, kRows = dual_tile::kRows, kCols = dual_tile::kCols;
-  __shared__ float part[2][kWarps];
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
   const std::int64_t tiles_per_row = (cols + kCols - 1) / kCols, tiles = (rows / kRows) * tiles_per_row;
   float ar = 0.0f, ac = 0.0f;
@@ -145,16 +145,8 @@ __global__ void __launch_bounds__(dual_tile::kThreads) dual_amax_kernel(Produce 
     }
   }
   if (!rht) ac = ar;
-  std::uint32_t kr = __reduce_max_sync(0xffffffffu, float_bits(ar));
-  std::uint32_t kc = __reduce_max_sync(0xffffffffu, float_bits(ac));
-  if (lane == 0) part[0][warp] = bits_float(kr), part[1][warp] = bits_float(kc);
-  __syncthreads();
-  if (threadIdx.x < 2) {
-    std::uint32_t m = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = max(m, float_bits(part[threadIdx.x][w]));
-    if (m) atomicMax(keys + threadIdx.x, m);
-  }
+  const std::uint32_t mine[2] = {float_bits(ar), float_bits(ac)};
+  block_max_to_keys<dual_tile::kThreads>(mine, keys);
 }
 
 // The amax kernel's grid: enough resident blocks to fill the device, no more (each block ends

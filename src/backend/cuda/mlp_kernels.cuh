@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/dual_amax.cuh"
 #include "backend/cuda/launch_util.cuh"
 #include "model/mlp_math.hpp"
@@ -112,35 +114,6 @@ static_assert(kMseRows % kMseProducerWarps == 0 && kMseRows % 8 == 0 && kMseRows
 unsigned mse_blocks(std::int64_t M) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((M + kMseRows - 1) / kMseRows, 65535)));
 }
-// cp.async of Bytes (16: .cg, both addresses 16-byte aligned; 4: .ca) to shared memory.
-template <int Bytes>
-__device__ __forceinline__ void mse_copy_async(float* dst, const float* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (Bytes == 16)
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-#else
-  if constexpr (Bytes == 16)
-    *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src);
-  else
-    *dst = *src;
-#endif
-}
-__device__ __forceinline__ void mse_copy_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-// Waits until at most Pending of the thread's newest groups are in flight; other threads see the
-// landed data after a barrier.
-template <int Pending>
-__device__ __forceinline__ void mse_copy_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-#endif
-}
 __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restrict__ y, const float* __restrict__ t,
                                                            float* __restrict__ dz, std::int64_t M, std::int64_t out,
                                                            float denom, double* __restrict__ terms, MseAmax amax) {
@@ -173,8 +146,8 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
             const int c = p % (C / 4) * 4;
             if (r < rows && c0 + c < out) {
               const std::int64_t off = (r0 + r) * out + c0 + c;
-              mse_copy_async<16>(&ys[s][r][c], y + off);
-              mse_copy_async<16>(&ts[s][r][c], t + off);
+              copy_to_shared_async<16>(&ys[s][r][c], y + off);
+              copy_to_shared_async<16>(&ts[s][r][c], t + off);
             }
           }
         } else {
@@ -183,18 +156,18 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
             const int c = p % C;
             if (r < rows && c0 + c < out) {
               const std::int64_t off = (r0 + r) * out + c0 + c;
-              mse_copy_async<4>(&ys[s][r][c], y + off);
-              mse_copy_async<4>(&ts[s][r][c], t + off);
+              copy_to_shared_async<4>(&ys[s][r][c], y + off);
+              copy_to_shared_async<4>(&ts[s][r][c], t + off);
             }
           }
         }
       }
-      mse_copy_commit();
+      copy_to_shared_commit();
     };
     for (int k = 0; k < S - 1; ++k) issue(k);
     double acc = 0.0;  // warp 0: row r0 + lane's sum
     for (std::int64_t k = 0; k <= tiles; ++k) {
-      mse_copy_wait<S - 2>();  // tile k (groups are committed in tile order)
+      copy_to_shared_wait_prior<S - 2>();  // tile k (groups are committed in tile order)
       __syncthreads();
       issue(k + S - 1);
       if (warp > 0) {
@@ -270,18 +243,9 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
     if (warp == 0 && lane < rows) terms[r0 + lane] = acc;
   }
   if (!keys) return;
-  // Warp, then block, then one atomicMax per key (the same maxima in any order).
-  __shared__ std::uint32_t part[2][kMseThreads / 32];
   if (!amax.rht) ac = ar;
-  const std::uint32_t kr = __reduce_max_sync(0xffffffffu, __float_as_uint(ar));
-  const std::uint32_t kc = __reduce_max_sync(0xffffffffu, __float_as_uint(ac));
-  if (lane == 0) part[0][warp] = kr, part[1][warp] = kc;
-  __syncthreads();
-  if (tid < 2) {
-    std::uint32_t m = 0;
-    for (int w = 0; w < kMseThreads / 32; ++w) m = max(m, part[tid][w]);
-    if (m) atomicMax(amax.keys + tid, m);
-  }
+  const std::uint32_t mine[2] = {__float_as_uint(ar), __float_as_uint(ac)};
+  block_max_to_keys<kMseThreads>(mine, amax.keys);
 }
 
 // Classification: term_i = the loss in double against the teacher's argmax class,

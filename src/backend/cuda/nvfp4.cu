@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/block_scale_fast.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/nvfp4.hpp"
@@ -174,17 +175,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const In* __restrict__ x
     done = V::kElems * nv;
   }
   for (std::int64_t i = done + tid; i < n; i += stride) m = max(m, amax_key(to_float(x[i])));
-  // Warp, then block, then one atomicMax per block: a same-address atomic per warp (8 per
-  // block, thousands per pass, all arriving as the streams end) serialises at the L2.
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "amax_kernel: whole warps, at most 32 of them");
-  __shared__ std::uint32_t part[kThreads / 32];  // launched with kThreads threads only
-  m = __reduce_max_sync(0xffffffffu, m);
-  if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = __reduce_max_sync(0xffffffffu, threadIdx.x < kThreads / 32 ? part[threadIdx.x] : 0u);
-    if (threadIdx.x == 0 && m != 0) atomicMax(key, m);
-  }
+  const std::uint32_t mine[1] = {m};
+  block_max_to_keys<kThreads>(mine, key);  // launched with kThreads threads only
 }
 
 // One row of a scale block: its values v[0 .. n) (the rest of the 16 is padding, code 0) scaled
