@@ -29,7 +29,6 @@ struct Layer {
   std::int64_t in = 0, out = 0;
   Buf<float> w, m1, m2, dw, h, z, dz, dh;
   std::unique_ptr<RecipeLinear> lin;  // the recipe's operands and GEMM plans
-  RecipeLinear::WeightAmax w_amax;     // the weight's amax keys, which the optimizer step keeps
 };
 
 }  // namespace
@@ -155,7 +154,7 @@ struct MlpCudaTrainer::Impl {
                                            opt.accumulator == Accumulator::Sm90, side);
     // W changes only in the optimizer step, which computes max |W| as it writes W, and in
     // set_state, which computes it after the upload.
-    y.w_amax = y.lin->adopt_weight_amax();
+    y.lin->adopt_weight_amax();
   }
 
   // The float32 tensors every mode has: weights, optimizer state, activations, gradients.
@@ -264,9 +263,9 @@ struct MlpCudaTrainer::Impl {
   void update() {
     check(cudaMemsetAsync(lost->p, 0, static_cast<std::size_t>(L) * sizeof(unsigned long long), stream), "cudaMemsetAsync (lost)");
     for (const Layer& y : layers)
-      if (y.w_amax.keys)
-        check(cudaMemsetAsync(y.w_amax.keys, 0, static_cast<std::size_t>(y.w_amax.count) * sizeof(std::uint32_t),
-                              stream), "cudaMemsetAsync (weight amax keys)");
+      if (const RecipeLinear::WeightAmax& a = y.lin->adopted_weight_amax(); a.keys)
+        check(cudaMemsetAsync(a.keys, 0, static_cast<std::size_t>(a.count) * sizeof(std::uint32_t), stream),
+              "cudaMemsetAsync (weight amax keys)");
     for (int first = 0; first < L; first += kOptimizerLayersPerLaunch)
       update_layers(first, std::min(L - first, kOptimizerLayersPerLaunch));
   }
@@ -278,8 +277,8 @@ struct MlpCudaTrainer::Impl {
     std::int64_t most = 0;
     for (int k = 0; k < count; ++k) {
       Layer& y = layer(first + k);
-      ls.layer[k] =
-          OptimizerLayer{y.w->p, y.m1->p, y.m2->p, y.dw->p, y.in * y.out, y.w_amax.keys, y.w_amax.count};
+      const RecipeLinear::WeightAmax& a = y.lin->adopted_weight_amax();
+      ls.layer[k] = OptimizerLayer{y.w->p, y.m1->p, y.m2->p, y.dw->p, y.in * y.out, a.keys, a.count};
       most = std::max(most, y.in * y.out);
     }
     const dim3 grid(blocks_for(most, 4), static_cast<unsigned>(count));

@@ -104,6 +104,7 @@ class RecipeLinear {
     int count = 0;
   };
   WeightAmax adopt_weight_amax();
+  const WeightAmax& adopted_weight_amax() const { return owner_amax_; }  // none before adopt_weight_amax
   void refresh_weight_amax(cudaStream_t stream);
 
   Mode mode() const { return mode_; }
