@@ -187,8 +187,8 @@ int run_bench_quantize_cuda(const BenchArgs& a) {
   std::printf("  (a) counted: input read once + codes + scales = %.1f MB; (b) moved: amax + quantize also\n"
               "      reads the input a second time = %.1f MB\n", counted / 1e6, moved / 1e6);
   std::printf("  device copy of the input (read + write): %.3f ms, %.1f GB/s\n", r.copy_s * 1e3, copy);
-  std::printf("  read floor, cub::DeviceReduce::Max over the input's words: %.4f ms, %.1f GB/s (%.1f%% of copy);\n"
-              "      the amax pass reaches %.1f%% of it\n",
+  std::printf("  read floor (cub::DeviceReduce::Max over the input's words): %.4f ms, %.1f GB/s, %.1f%% of copy; "
+              "the amax pass at %.1f%% of it\n",
               r.read_floor_s * 1e3, gbps(r.input_bytes(), r.read_floor_s),
               100 * gbps(r.input_bytes(), r.read_floor_s) / copy, 100 * r.read_floor_s / r.amax_only_s);
   std::printf("  every timed repetition starts from a cold L2 (%.0f MiB, read over before it)\n", r.l2_bytes / 1048576.0);
