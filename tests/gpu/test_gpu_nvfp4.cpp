@@ -357,7 +357,8 @@ TEST_CASE("NVFP4 GPU benchmark runs") {
       CHECK(r.amax_and_quantize_s > 0);
       CHECK(r.quantize_only_s > 0);
       CHECK(r.amax_only_s > 0);
-      CHECK(r.read_floor_s > 0);
+      CHECK(r.cub_read_s > 0);
+      CHECK(r.cub_read_bytes == static_cast<double>(256 * cols) * (dtype == cuda::InputDtype::Bf16 ? 2 : 4));
       CHECK(r.copy_gbps() > 0);
       for (const auto& v : r.variants) CHECK(v.second > 0);
     }

@@ -33,7 +33,9 @@ struct Nvfp4BenchResult {
   double quantize_only_s = 0;      // quantize kernel alone (amax key already on the device)
   double amax_only_s = 0;          // amax kernel alone
   double copy_s = 0;               // device-to-device cudaMemcpy of the input's size
-  double read_floor_s = 0;         // cub::DeviceReduce::Max over the input's bytes (reads only)
+  // A tuned read-only pass over the same bytes, for the amax pass (which only reads): CUB's
+  // DeviceReduce::Max over the input's whole 32-bit words, its time and the bytes it read.
+  double cub_read_s = 0, cub_read_bytes = 0;
   double l2_bytes = 0;             // the device's L2, flushed (read over) before every timed repetition
   // Quantize-only timings of other kernel configurations (name, seconds).
   std::vector<std::pair<std::string, double>> variants;
