@@ -2,7 +2,8 @@
 // kernel can ask for its data first and compute something else (a CTA's scales and tables)
 // while it arrives, or keep a ring of tiles in flight (commit groups, waited for oldest first).
 // PTX ISA, "cp.async": with src-size 0 no byte is read and the 16 destination bytes are
-// zero-filled; .cg caches in L2 only (the data is read once).
+// zero-filled; .cg caches in L2 only (16-byte copies of data read once), .ca also in L1 (the
+// 4-byte copies, which only .ca allows).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -11,8 +11,10 @@
 namespace fp4d::cuda {
 
 // keys[j] = max(keys[j], the block's maximum of every thread's k[j]) for j < N, by thread j,
-// skipped where that maximum is 0 (a key's floor). Every thread of the block, kThreads of them,
-// must call it (a warp reduction and a barrier).
+// skipped where that maximum is 0 (a key's floor). Every thread of the block must call it (a
+// full-warp reduction and a barrier), and the block must have exactly kThreads threads (the
+// shared partials are read for every warp of kThreads). Once per kernel: it ends without a
+// barrier, so a second call could overwrite the partials while the first is still reading them.
 template <int kThreads, int N>
 __device__ __forceinline__ void block_max_to_keys(const std::uint32_t (&k)[N], std::uint32_t* keys) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_max_to_keys: whole warps, at most 32 of them");

@@ -247,12 +247,11 @@ RecipeLinear::AmaxTarget RecipeLinear::amax_target(OperandKind k, std::uint64_t 
   return AmaxTarget{(k == OperandKind::Activation ? b_->x : b_->dy)->keys->p, dual_spec(k, seed)};
 }
 
-RecipeLinear::WeightAmax RecipeLinear::adopt_weight_amax() {
-  if (mode_ != Mode::Nvfp4) return {};
+void RecipeLinear::adopt_weight_amax() {
+  if (mode_ != Mode::Nvfp4) return;
   Buffers& y = *b_;
   if (y.w2d) owner_amax_ = WeightAmax{y.w2d_key->p, 1};
   else if (!dual_spec(OperandKind::Weight, 0).col_rht) owner_amax_ = WeightAmax{y.w_dual->keys->p, 2};
-  return owner_amax_;
 }
 
 void RecipeLinear::refresh_weight_amax(cudaStream_t stream) {

@@ -95,15 +95,16 @@ class RecipeLinear {
   // The weight's amax keys (max |W| as float bits: one with 2D weights, else the dual pass's
   // two, both max |W| since a weight's columnwise side has no RHT) for an owner that keeps them
   // current, so that quantize_weight skips its amax pass, a full read of W every step.
-  // adopt_weight_amax() hands them over (keys = nullptr where the layer has none to hand: not
-  // NVFP4, or an RHT on the weight's columns); from then on the owner must, before every
-  // start_weight/forward, leave max |W| of the current W there: its optimizer step computes it
-  // as it writes W, and refresh_weight_amax(stream) computes it after any other write of W.
+  // adopt_weight_amax() hands them over and adopted_weight_amax() says where they are (keys =
+  // nullptr where the layer has none to hand: not NVFP4, or an RHT on the weight's columns);
+  // from then on the owner must, before every start_weight/forward, leave max |W| of the current
+  // W there: its optimizer step computes it as it writes W, and refresh_weight_amax(stream)
+  // computes it after any other write of W.
   struct WeightAmax {
     std::uint32_t* keys = nullptr;
     int count = 0;
   };
-  WeightAmax adopt_weight_amax();
+  void adopt_weight_amax();
   const WeightAmax& adopted_weight_amax() const { return owner_amax_; }  // none before adopt_weight_amax
   void refresh_weight_amax(cudaStream_t stream);
 
