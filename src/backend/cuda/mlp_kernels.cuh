@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/block_reduce.cuh"
@@ -175,33 +176,17 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
           const int s = static_cast<int>(k & (S - 1));
           const std::int64_t c = k * C + lane;
           float* const dzp = dz + (r0 + warp - 1) * out + c;
-          float diff[PR];
           // The products first, then the divisions, whose slow-path branches would otherwise
-          // serialise the rows' independent chains; a whole tile needs no range tests.
-          if (rows == RB && (k + 1) * C <= out) {
-#pragma unroll
-            for (int i = 0; i < PR; ++i) {
-              const int r = warp - 1 + PW * i;
-              const float yv = ys[s][r][lane], tv = ts[s][r][lane];
-              diff[i] = yv - tv;
-              const double d = __dsub_rn(static_cast<double>(yv), static_cast<double>(tv));
-              sq[k & 1][r][lane ^ ((r & 7) << 1)] = __dmul_rn(d, d);
-            }
-#pragma unroll
-            for (int i = 0; i < PR; ++i) {
-              const float g = diff[i] / denom;
-              dzp[i * PW * out] = g;
-              if (keys) {
-                ar = fmaxf(ar, fabsf(g));
-                dzs[k & 1][warp - 1 + PW * i][lane] = g;
-              }
-            }
-          } else {
+          // serialise the rows' independent chains. Whole (a compile-time flag): every row and
+          // column of the tile is in range, so the range tests drop out of that instantiation.
+          const auto products_and_gradients = [&](auto whole) {
+            constexpr bool kWhole = decltype(whole)::value;
+            float diff[PR];
 #pragma unroll
             for (int i = 0; i < PR; ++i) {
               const int r = warp - 1 + PW * i;
               diff[i] = 0.0f;
-              if (r < rows && c < out) {
+              if (kWhole || (r < rows && c < out)) {
                 const float yv = ys[s][r][lane], tv = ts[s][r][lane];
                 diff[i] = yv - tv;
                 const double d = __dsub_rn(static_cast<double>(yv), static_cast<double>(tv));
@@ -211,13 +196,15 @@ __global__ void __launch_bounds__(kMseThreads) mse_kernel(const float* __restric
 #pragma unroll
             for (int i = 0; i < PR; ++i) {
               const float g = diff[i] / denom;
-              if (warp - 1 + PW * i < rows && c < out) {
+              if (kWhole || (warp - 1 + PW * i < rows && c < out)) {
                 dzp[i * PW * out] = g;
                 if (keys) ar = fmaxf(ar, fabsf(g));
               }
               if (keys) dzs[k & 1][warp - 1 + PW * i][lane] = g;  // +0 out of range: never a key
             }
-          }
+          };
+          if (rows == RB && (k + 1) * C <= out) products_and_gradients(std::true_type{});
+          else products_and_gradients(std::false_type{});
         }
         // Tile k - 1's columns (stored before this interval's barrier) through the RHT.
         if (keys && warp == 1 && k > 0 && (k - 1) * C + lane < out) {
