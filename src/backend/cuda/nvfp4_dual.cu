@@ -13,8 +13,8 @@
 //  write    the columnwise codes and scales and the rowwise scales go through shared memory
 //           and leave together at the end: 64 contiguous code bytes per column and CTA.
 //  decode   optionally, each lane writes its own four blocks' BF16 decodes (the emulated
-//           GEMM's operands; 32 contiguous bytes each): the rowwise codes read back from
-//           where it stored them, the columnwise ones from shared memory.
+//           GEMM's operands; 32 contiguous bytes each), from the codes it left in shared memory
+//           (such a kernel keeps its rowwise codes there too, and stores them at the end).
 // Fast paths, per block, chosen by the lane that owns it (no NaN among the values to round;
 // RNE or SR): E2M1 RNE on the FMA pipe (e2m1_rne_magnitude_fma), SR by e2m1_sr_mag_fma below,
 // codes packed by Horner's rule (one IMAD per element) and signs by one funnel shift per
@@ -338,12 +338,16 @@ __device__ __forceinline__ const uint4* row_vecs(const T* x, std::int64_t r, std
 // warp - the columnwise codes and scales (8 and 1 bytes per column and warp) and the rowwise
 // scales (4 bytes per row) - written out together at the end: 64 contiguous code bytes per
 // column instead of 8 (the scattered 8-byte stores bound the previous version by L2 traffic).
-template <class T>
+// A kernel that writes the BF16 decodes also keeps the rowwise codes here until its decode
+// (each lane its own blocks'), so that it need not read back from global memory what it just
+// stored there: that load waits for an L2 round trip at the end of every warp.
+template <class T, bool Decode>
 struct DualShared {
   SharedTile<T> tile[kWarps];
   uint2 col_codes[kWarps][kTileCols];         // [warp][column]: the column's 16 codes of the warp's rows
   std::uint8_t col_scales[kWarps][kTileCols];
   std::uint8_t row_scales[kCtaRows][kTileCols / 16];
+  uint2 row_codes[Decode ? kCtaRows : 1][kTileCols / 16];  // Decode only: [row][block]
   float encode_of[2][128];                          // [direction][E4M3 code]
   GlobalScale g[2];
   std::uint64_t seed;
@@ -385,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, DualSpec spec, RhtArgs rs,
                          const std::uint32_t* keys, DualOutputs out) {
   constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
-  __shared__ DualShared<T> sh;
+  __shared__ DualShared<T, Decode> sh;
   const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
   const std::int64_t R0 = (static_cast<std::int64_t>(blockIdx.x) / col_tiles) * kCtaRows;
   const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) % col_tiles) * kTileCols;
@@ -451,6 +455,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // Not unrolled (here and for the columns): one copy of the block code per direction keeps
   // the kernel's instructions in cache; the block comes back from the shared tile.
   unsigned general = 0;  // blocks left to the general path: bit h rowwise block h, bit 2 + j column j
+  // Where rowwise block (row tr of the CTA tile, element index base) puts its codes.
+  const auto row_codes_at = [&](int tr, std::int64_t base) {
+    return Decode ? reinterpret_cast<std::uint8_t*>(&sh.row_codes[tr][blk]) : out.row_codes + base / 2;
+  };
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {
     float v[16];
@@ -458,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     const int tr = kTileRows * warp + (lane >> 2) + 8 * h;  // row in the CTA tile
     const std::int64_t base = (R0 + tr) * cols + cb;
     if (!quantize_fast<RowSr>(v, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
-                              out.row_codes + base / 2, &sh.row_scales[tr][blk], row_in) &&
+                              row_codes_at(tr, base), &sh.row_scales[tr][blk], row_in) &&
         row_in)
       general |= 1u << h;
   }
@@ -492,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
         const int tr = kTileRows * warp + (lane >> 2) + 8 * b;
         const std::int64_t base = (R0 + tr) * cols + cb;
         sh.row_scales[tr][blk] =
-            quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base), out.row_codes + base / 2);
+            quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base), row_codes_at(tr, base));
       } else {
         tile_column(tile, lane, b - 2, v);
         if constexpr (Rht) rht16(v, rs);
@@ -554,8 +562,16 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 
   // Decode: the lane's own blocks (every value read here it wrote itself, so no barrier), each
   // 32 bytes of BF16, stored by lane pairs (store_block_pairs). warp_in is warp-uniform, as the
-  // pairs' shuffles need.
+  // pairs' shuffles need. The rowwise codes leave for global memory here, from shared memory.
   if (!Decode || !warp_in) return;
+  uint2 row_codes[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
+    const std::int64_t base = (R0 + tr) * cols + cb;
+    row_codes[h] = row_in ? sh.row_codes[tr][blk] : make_uint2(0, 0);
+    if (row_in) *reinterpret_cast<uint2*>(out.row_codes + base / 2) = row_codes[h];
+  }
   if (out.row_bf16) {
     uint4 o[2][2];
     std::uint16_t* dst[2];
@@ -563,8 +579,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     for (int h = 0; h < 2; ++h) {
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
       const std::int64_t base = (R0 + tr) * cols + cb;
-      const uint2 codes = row_in ? *reinterpret_cast<const uint2*>(out.row_codes + base / 2) : make_uint2(0, 0);
-      unscaled_bf16_block(codes, e4m3_decode(sh.row_scales[tr][blk]), o[h]);
+      unscaled_bf16_block(row_codes[h], e4m3_decode(sh.row_scales[tr][blk]), o[h]);
       dst[h] = out.row_bf16 + base;
     }
     store_block_pairs(o, dst, row_in);
