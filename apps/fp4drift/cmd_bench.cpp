@@ -60,7 +60,7 @@ struct BenchArgs {
   std::vector<std::string> only;  // case names to run (all when empty)
   std::vector<std::int64_t> sizes{256, 1024};  // gemm-ref
   std::int64_t cuda_rows = 8192, cuda_cols = 8192;  // quantize-cuda
-  std::string cuda_dtype = "bf16";                  // quantize-cuda: bf16 | f32
+  std::string cuda_dtype = "bf16";                  // quantize-cuda, quantize-dual-cuda: bf16 | f32
   std::int64_t gemm_size = 8192;                    // gemm-cuda: M = N = K
   std::int64_t mlp_width = 512, mlp_batch = 512;    // mlp-ref (mlp-cuda: 4096, 4096)
   std::string mlp_config = "data/configs/mlp-quick.toml";  // mlp-cuda: the quick model
@@ -143,13 +143,18 @@ int run_bench_gemm_ref(const BenchArgs& a) {
   return 0;
 }
 
+// --dtype of the quantize benchmarks: true for bf16, false for f32.
+bool bench_bf16_input(const BenchArgs& a) {
+  if (a.cuda_dtype != "bf16" && a.cuda_dtype != "f32") throw UsageError("--dtype must be bf16 or f32");
+  return a.cuda_dtype == "bf16";
+}
+
 // fp4drift bench quantize-cuda: NVFP4 1x16 RNE (TE rule) of a BF16 or float32 tensor on the
 // GPU against the device's measured copy bandwidth (the roofline). Bandwidths count (a) the
 // bytes read once + written (input + codes + scales) and (b) the bytes actually moved (the
 // separate amax pass reads the input a second time).
 int run_bench_quantize_cuda(const BenchArgs& a) {
-  if (a.cuda_dtype != "bf16" && a.cuda_dtype != "f32") throw UsageError("--dtype must be bf16 or f32");
-  const auto dtype = a.cuda_dtype == "bf16" ? cuda::InputDtype::Bf16 : cuda::InputDtype::F32;
+  const auto dtype = bench_bf16_input(a) ? cuda::InputDtype::Bf16 : cuda::InputDtype::F32;
   const cuda::Nvfp4BenchResult r = cuda::nvfp4_quantize_cuda_bench(a.cuda_rows, a.cuda_cols, a.repeat, dtype);
   const double copy = r.copy_gbps(), counted = r.counted_bytes(), moved = r.moved_bytes_amax_and_quantize();
   struct Line {
@@ -232,7 +237,7 @@ void check_bench_options(const BenchArgs& a, const Given& given) {
       {"--sizes", {"gemm-ref"}},
       {"--rows", {"quantize-cuda", "quantize-dual-cuda"}},
       {"--cols", {"quantize-cuda", "quantize-dual-cuda"}},
-      {"--dtype", {"quantize-cuda"}},
+      {"--dtype", {"quantize-cuda", "quantize-dual-cuda"}},
       {"--log2-elements", {"quantize"}},
       {"--threads", {"quantize", "gemm-ref"}},
       {"--repeat", {"quantize", "gemm-ref", "quantize-cuda", "quantize-dual-cuda", "gemm-cuda", "mlp-ref", "lm-ref"}},
@@ -275,7 +280,7 @@ int run_bench(const BenchArgs& a, const Given& given) {
   if (a.what == "lm-cuda")
     return cuda_bench([&] { return run_bench_lm_cuda(given("--steps") ? a.mlp_steps : 20, a.json); });
   if (a.what == "quantize-dual-cuda")
-    return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, a.repeat, a.json); });
+    return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, bench_bf16_input(a), a.repeat, a.json); });
   if (a.what != "quantize")
     throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-ref, lm-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");
@@ -397,9 +402,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10); lm-cuda: timed steps per recipe (default 20)")
       ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
-  app.add_option("--rows", a->cuda_rows, "quantize-cuda: rows")->capture_default_str();
-  app.add_option("--cols", a->cuda_cols, "quantize-cuda: cols")->capture_default_str();
-  app.add_option("--dtype", a->cuda_dtype, "quantize-cuda: input type, bf16 | f32")->capture_default_str();
+  app.add_option("--rows", a->cuda_rows, "quantize-cuda, quantize-dual-cuda: rows")->capture_default_str();
+  app.add_option("--cols", a->cuda_cols, "quantize-cuda, quantize-dual-cuda: cols")->capture_default_str();
+  app.add_option("--dtype", a->cuda_dtype, "quantize-cuda, quantize-dual-cuda: input type, bf16 | f32")->capture_default_str();
   app.add_option("--log2-elements", a->log2_elements, "Tensor size 2^N elements")->capture_default_str();
   app.add_option("--threads", a->threads, "Thread counts to run (list)")->delimiter(',');
   app.add_option("--repeat", a->repeat, "Timed repetitions (best is reported)")->capture_default_str();

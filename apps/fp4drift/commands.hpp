@@ -24,7 +24,7 @@ Runner add_run(CLI::App& app, const std::string& command_line);
 Runner add_sweep(CLI::App& app, const std::string& command_line);  // cmd_sweep.cpp
 // fp4drift bench gemm-cuda, quantize-dual-cuda, mlp-cuda and lm-cuda (cmd_bench_cuda.cpp).
 int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json);
-int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, int repeat, bool json);
+int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat, bool json);
 int run_bench_mlp_cuda(const std::string& config, std::int64_t width, std::int64_t batch, std::int64_t steps, bool json);
 int run_bench_lm_cuda(std::int64_t steps, bool json);
 // fp4drift bench mlp-ref (cmd_bench_mlp.cpp).

@@ -1059,6 +1059,8 @@ TEST_CASE("options are applied as recorded or refused: none is accepted and igno
            {"bench quantize --gemm-size 64", "--gemm-size does not apply to bench quantize"},
            {"bench gemm-ref --log2-elements 10", "--log2-elements does not apply to bench gemm-ref"},
            {"bench mlp-cuda --repeat 3", "--repeat does not apply to bench mlp-cuda"},
+           {"bench gemm-cuda --dtype f32", "--dtype does not apply to bench gemm-cuda"},
+           {"bench quantize-dual-cuda --dtype f16", "--dtype must be bf16 or f32"},
            {"bench quantize --log2-elements 10 --repeat 0", "--repeat must be at least 1, got 0"},
            {"bench quantize --log2-elements 10 --threads 0", "--threads values must be at least 1, got 0"},
            {"bench quantize --log2-elements 10 --cases nvfp4-1x16-rne,nope", "--cases: unknown case 'nope'"},

@@ -65,8 +65,22 @@ struct DualBench {
   double decode_counted_bytes = 0;
 };
 // sr: SR on both sides with sr_bits random bits (rounding.hpp: kSrExact, kSrHw or 1..32).
+// bf16_input: the input as BF16 (else float32).
 DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,
                                     int repeat);
+// The floors of the dual pass's byte mixes on this device: a streaming kernel that reads the
+// input once and writes as many bytes as the pass (codes and scales; and with both BF16
+// decodes), every access a coalesced 16-byte one, nothing computed. Its 1:1 form (a copy) is
+// timed beside cudaMemcpy's device-to-device copy of the input, which shows how close it comes
+// to the device's own copy. Best of `repeat`, each from a cold L2.
+struct DualStreamBench {
+  double input_bytes = 0, pass_write_bytes = 0, decode_write_bytes = 0;
+  double memcpy_s = 0;         // cudaMemcpyAsync(D2D) of the input
+  double stream_copy_s = 0;    // the streaming kernel, writing input_bytes
+  double stream_pass_s = 0;    // ... writing pass_write_bytes
+  double stream_decode_s = 0;  // ... writing decode_write_bytes
+};
+DualStreamBench dual_stream_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat);
 
 // ---- bench gemm-cuda ----
 // BF16 operands A (M x K) and B (N x K) live on the device.

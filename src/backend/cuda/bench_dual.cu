@@ -17,6 +17,54 @@
 
 namespace fp4d::cuda {
 
+namespace {
+
+// Reads in[0 .. nin) once and writes out[0 .. nout): thread i loads vector i and stores it to
+// out[i], out[i + nin], ... (the k-th copy xor k, so that no store is of a constant), each
+// plane of stores coalesced.
+__global__ void stream_mix_kernel(const uint4* __restrict__ in, std::int64_t nin, uint4* __restrict__ out,
+                                  std::int64_t nout) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= nin) return;
+  const uint4 v = __ldg(in + i);
+  std::uint32_t k = 0;
+  for (std::int64_t j = i; j < nout; j += nin, ++k) out[j] = make_uint4(v.x ^ k, v.y, v.z, v.w);
+}
+
+}  // namespace
+
+DualStreamBench dual_stream_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat) {
+  require_bench_device();
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
+    throw std::invalid_argument("dual stream benchmark: rows and cols must be positive multiples of 16");
+  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+  const std::int64_t n = rows * cols;  // a multiple of 256: every byte count below is one of 16
+  DualStreamBench r;
+  r.input_bytes = static_cast<double>(n) * (bf16_input ? 2 : 4);
+  r.pass_write_bytes = static_cast<double>(n) * 2.0 * (0.5 + 1.0 / 16.0);
+  r.decode_write_bytes = r.pass_write_bytes + static_cast<double>(n) * 4.0;
+  const auto nin = static_cast<std::int64_t>(r.input_bytes) / 16;
+  DeviceBuffer<uint4> in(static_cast<std::size_t>(nin));
+  DeviceBuffer<uint4> out(static_cast<std::size_t>(r.decode_write_bytes) / 16);
+  check(cudaMemset(in.p, 0x3c, static_cast<std::size_t>(r.input_bytes)), "cudaMemset (stream bench input)");
+  BenchTimer timer;
+  const auto stream = [&](double write_bytes) {
+    const auto nout = static_cast<std::int64_t>(write_bytes) / 16;
+    return timer.best_seconds(repeat, "stream benchmark", [&] {
+      stream_mix_kernel<<<static_cast<unsigned>((nin + 255) / 256), 256>>>(in.p, nin, out.p, nout);
+    });
+  };
+  r.memcpy_s = timer.best_seconds(repeat, "cudaMemcpyAsync(D2D) (bench)", [&] {
+    check(cudaMemcpyAsync(out.p, in.p, static_cast<std::size_t>(r.input_bytes), cudaMemcpyDeviceToDevice, nullptr),
+          "cudaMemcpyAsync(D2D)");
+  });
+  r.stream_copy_s = stream(r.input_bytes);
+  r.stream_pass_s = stream(r.pass_write_bytes);
+  r.stream_decode_s = stream(r.decode_write_bytes);
+  check(cudaGetLastError(), "stream_mix_kernel");
+  return r;
+}
+
 DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,
                                     int repeat) {
   require_bench_device();

@@ -13,6 +13,10 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t, std::int64_t, bool, bool, bool
   throw_built_without_cuda("bench quantize-dual-cuda");
 }
 
+DualStreamBench dual_stream_bench(std::int64_t, std::int64_t, bool, int) {
+  throw_built_without_cuda("bench quantize-dual-cuda");
+}
+
 GemmCudaBench gemm_cuda_bench(std::int64_t, std::int64_t, std::int64_t, int) {
   throw_built_without_cuda("bench gemm-cuda");
 }
