@@ -6,7 +6,7 @@
 //    exhaustive check); callers pass no NaN (block amaxes are NaN-free by construction);
 //  - the block encode scale e_b = nvfp4_block_encode_scale(S_b, s_dec) looked up in a table of
 //    all 128 codes that a CTA fills once (one IEEE division per code and CTA instead of one
-//    per block).
+//    per block; fill_encode_table, or the dual kernel's own setup, which fills two).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -27,17 +27,12 @@ __device__ __forceinline__ std::uint8_t block_scale_code_hw(float block_amax, fl
   return e4m3_satfinite_hw(block_amax * (s_enc * (1.0f / 6.0f)));
 }
 
-// tables[t / 128][t % 128] = nvfp4_block_encode_scale(t % 128, g[t / 128].decode) for the
-// CTA's threads t < 128 kTables (code 127 is E4M3's NaN, never a block scale): one table per
-// global scale (the dual kernel has one per direction); the caller synchronises. With one
-// table the index is spelled as a constant 0: the owner kernel's hot loops then compile as
-// they did before this helper (PTX compared), and t & 127 lets the compiler drop the fill's
-// branch for a negative code.
-template <int kTables>
-__device__ __forceinline__ void fill_encode_tables(float (*tables)[128], const GlobalScale* g) {
-  const unsigned t = threadIdx.x;
-  const unsigned k = kTables == 1 ? 0u : t >> 7, code = t & 127u;
-  if (t < 128u * kTables) tables[k][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g[k].decode);
+// table[t] = nvfp4_block_encode_scale(t, g.decode) for the CTA's threads t < 128 (code 127 is
+// E4M3's NaN, never a block scale); the caller synchronises. t & 127 lets the compiler drop the
+// fill's branch for a negative code.
+__device__ __forceinline__ void fill_encode_table(float* table, const GlobalScale& g) {
+  const unsigned t = threadIdx.x, code = t & 127u;
+  if (t < 128u) table[code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g.decode);
 }
 
 }  // namespace fp4d::cuda

@@ -515,13 +515,13 @@ __device__ __forceinline__ bool has_nan(const typename Vec16<In>::T& v) {
 }
 
 // The global scale, computed once per CTA (two IEEE divisions) and shared, and the CTA's table
-// of block encode scales (fill_encode_tables).
+// of block encode scales (fill_encode_table).
 __device__ __forceinline__ GlobalScale cta_global(const QuantArgs& a, const float** encode_of) {
   __shared__ GlobalScale shared_g;
   __shared__ float table[128];
   if (threadIdx.x == 0) shared_g = kernel_global(a);
   __syncthreads();
-  fill_encode_tables<1>(&table, &shared_g);
+  fill_encode_table(table, shared_g);
   __syncthreads();
   *encode_of = table;
   return shared_g;

@@ -56,7 +56,7 @@ namespace {
 constexpr int kWarps = dual_tile::kWarps, kThreads = dual_tile::kThreads, kTileRows = dual_tile::kRows,
               kTileCols = dual_tile::kCols;  // 2 columns per lane
 constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
-static_assert(kThreads == 256, "fill_encode_tables: one thread per code of each direction's 128-entry encode-scale table");
+static_assert(kThreads == 256, "the setup: one thread per code of each direction's 128-entry encode-scale table");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
 // blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
 // RNE kernels fit in 48 without spilling; being bound by instruction issue they gain from the
@@ -396,8 +396,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // The lane's two rowwise blocks, into the warp's shared tile. The RNE kernels ask for them
   // by cp.async before anything else, so that they are in flight while the CTA computes its
   // global scales and tables and hold no registers meanwhile (a CTA quantizes only 16 KB of
-  // BF16; loaded after the tables, each CTA began with the keys' latency, two divisions and
-  // two barriers before its first byte was asked for). The SR kernels, bound by instruction
+  // BF16; loaded after the tables, each CTA began with the keys' latency, the divisions and a
+  // barrier before its first byte was asked for). The SR kernels, bound by instruction
   // issue rather than by that latency, load them after the tables: for them the early copy
   // costs more than it hides (docs/performance.md).
   constexpr bool kTileFirst = !(RowSr || ColSr);
@@ -419,22 +419,30 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
                                row_in);
     }
   }
-  if (threadIdx.x == 0) {
-    sh.g[0] = nvfp4_global_scale(bits_float(keys[0]));
-    sh.g[1] = nvfp4_global_scale(bits_float(keys[1]));
-    if (blockIdx.x == 0) {
-      out.globals[0] = sh.g[0], out.globals[1] = sh.g[1];
-      if (out.row_alpha) out.row_alpha[0] = sh.g[0].decode * out.row_alpha_partner->decode, out.row_alpha[1] = 0.0f;
-      if (out.col_alpha) out.col_alpha[0] = sh.g[1].decode * out.col_alpha_partner->decode, out.col_alpha[1] = 0.0f;
+  // The global scales, the encode tables and the seed, behind one barrier: thread t works for
+  // direction t / 128 (0 rowwise, 1 columnwise), computes that direction's global scale from
+  // its key itself and fills entry t % 128 of its table. Two divisions more per thread than
+  // one thread computing both scales for all, but no thread waits on another's chain of key
+  // loads and divisions, and the tables need no second barrier: the CTA's first barrier, where
+  // its warps wait for all this, was the kernel's largest stall (ncu, docs/performance.md).
+  {
+    const unsigned t = threadIdx.x, dir = t >> 7, code = t & 127u;
+    const GlobalScale g = nvfp4_global_scale(bits_float(keys[dir]));
+    sh.encode_of[dir][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g.decode);
+    if (code == 0) {
+      sh.g[dir] = g;
+      if (blockIdx.x == 0) {
+        out.globals[dir] = g;
+        float* const alpha = dir == 0 ? out.row_alpha : out.col_alpha;
+        if (alpha) alpha[0] = g.decode * (dir == 0 ? out.row_alpha_partner : out.col_alpha_partner)->decode, alpha[1] = 0.0f;
+      }
     }
-    if (spec.device_seed) sh.seed = *spec.device_seed;
+    if (t == 32 && spec.device_seed) sh.seed = *spec.device_seed;
   }
   __syncthreads();
-  fill_encode_tables<2>(sh.encode_of, sh.g);  // both directions' tables: the CTA has 256 threads
   RoundingSpec rr = spec.row_rounding, cr = spec.col_rounding;
   if (spec.device_seed) rr.rng.seed = cr.rng.seed = sh.seed;
   const GlobalScale gr = sh.g[0], gc = sh.g[1];
-  __syncthreads();  // the tables
   if constexpr (kTileFirst) {
     copy_to_shared_wait_all();
   } else {
