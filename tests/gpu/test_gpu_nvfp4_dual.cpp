@@ -5,10 +5,13 @@
 // random signs, widths that are and are not multiples of the 64-column warp tile, float32 and
 // BF16 input, and inputs with zero rows, Inf and NaN. The BF16 decodes the same pass writes
 // (the emulated GEMM's operands) equal E2M1 value x E4M3 scale of the CPU's codes, worked out
-// here from the formats' definitions, and asking for them changes no code.
+// here from the formats' definitions, and asking for them changes no code. Its benchmark and
+// the streamed floors beside it run and count the bytes the pass moves.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
+#include "backend/cuda/bench.hpp"
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "format/bf16.hpp"
 #include "quant/quantize.hpp"
@@ -206,4 +209,26 @@ TEST_CASE("Dual NVFP4 refuses what it does not compute") {
   CHECK_THROWS_AS(cuda::nvfp4_quantize_dual_cuda(Matrix(32, 32, 1.0f + 0x1p-20f), preset("nvfp4").spec,
                                                  preset("nvfp4-col").spec, true),
                   std::invalid_argument);  // not a BF16 value
+}
+
+TEST_CASE("Dual NVFP4 benchmark and the floors of its byte mixes run, counting the pass's bytes") {
+  constexpr std::int64_t rows = 256, cols = 1024, n = rows * cols;
+  for (const bool bf16 : {true, false}) {
+    INFO((bf16 ? "BF16" : "float32") << " input");
+    const cuda::DualBench r = cuda::nvfp4_quantize_dual_bench(rows, cols, bf16, true, true, kSrHw, 2);
+    CHECK(r.seconds > 0);
+    CHECK(r.quantize_seconds > 0);
+    CHECK(r.decode_seconds > 0);
+    CHECK(r.counted_bytes == static_cast<double>(n) * ((bf16 ? 2.0 : 4.0) + 1.125));
+    const cuda::DualStreamBench s = cuda::dual_stream_bench(rows, cols, bf16, 2);
+    // Input once; both directions' codes (n / 2 bytes each) and scales (n / 16 each); with both
+    // BF16 decodes 2 x 2 bytes per element more: the bytes the pass itself moves.
+    CHECK(s.input_bytes == static_cast<double>(n) * (bf16 ? 2 : 4));
+    CHECK(s.pass_write_bytes == static_cast<double>(n / 2 + n / 16) * 2);
+    CHECK(s.decode_write_bytes == s.pass_write_bytes + static_cast<double>(n) * 4);
+    CHECK(s.memcpy_s > 0);
+    CHECK(s.stream_copy_s > 0);
+    CHECK(s.stream_pass_s > 0);
+    CHECK(s.stream_decode_s > 0);
+  }
 }
