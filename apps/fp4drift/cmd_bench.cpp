@@ -280,7 +280,8 @@ int run_bench(const BenchArgs& a, const Given& given) {
   if (a.what == "lm-cuda")
     return cuda_bench([&] { return run_bench_lm_cuda(given("--steps") ? a.mlp_steps : 20, a.json); });
   if (a.what == "quantize-dual-cuda")
-    return cuda_bench([&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, bench_bf16_input(a), a.repeat, a.json); });
+    return cuda_bench(
+        [&] { return run_bench_dual_cuda(a.cuda_rows, a.cuda_cols, bench_bf16_input(a), a.repeat, a.json); });
   if (a.what != "quantize")
     throw UsageError("unknown benchmark '" + a.what + "' (known: quantize, gemm-ref, quantize-cuda, quantize-dual-cuda, gemm-cuda, mlp-ref, mlp-cuda, lm-ref, lm-cuda)");
   if (a.log2_elements < 8 || a.log2_elements > 30) throw UsageError("--log2-elements must be in [8, 30]");

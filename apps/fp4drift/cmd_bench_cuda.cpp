@@ -60,9 +60,11 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, i
   // CUDA) then comes alone.
   cuda::DualBench results[std::size(cases)];
   for (std::size_t i = 0; i < std::size(cases); ++i)
-    results[i] = cuda::nvfp4_quantize_dual_bench(rows, cols, bf16_input, cases[i].rht, cases[i].sr, cases[i].sr_bits, repeat);
+    results[i] =
+        cuda::nvfp4_quantize_dual_bench(rows, cols, bf16_input, cases[i].rht, cases[i].sr, cases[i].sr_bits, repeat);
   const cuda::DualStreamBench s = cuda::dual_stream_bench(rows, cols, bf16_input, repeat);
-  const double pass_floor_bytes = s.input_bytes + s.pass_write_bytes, decode_floor_bytes = s.input_bytes + s.decode_write_bytes;
+  const double pass_floor_bytes = s.input_bytes + s.pass_write_bytes;
+  const double decode_floor_bytes = s.input_bytes + s.decode_write_bytes;
   const char* dtype = bf16_input ? "bf16" : "f32";
   if (json) {
     nlohmann::ordered_json j = {{"benchmark", "quantize-dual-cuda"},
@@ -99,14 +101,16 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, i
               s.stream_copy_s * 1e3, s.memcpy_s * 1e3, 2 * s.input_bytes / s.memcpy_s * 1e-9);
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     const cuda::DualBench& r = results[i];
-    std::printf("  dual %-8s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms = %.1f%% of its floor)  %8.1f GB/s counted\n",
+    std::printf("  dual %-8s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms = %.1f%% of its floor)"
+                "  %8.1f GB/s counted\n",
                 cases[i].name, r.seconds * 1e3, r.amax_seconds * 1e3, r.quantize_seconds * 1e3,
                 100 * s.stream_pass_s / r.quantize_seconds, r.counted_bytes / r.seconds * 1e-9);
   }
   // The training step's form: the quantize pass also writing the GEMMs' BF16 operands.
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     const cuda::DualBench& r = results[i];
-    std::printf("  dual %-8s quantize pass with BF16 decodes: %8.3f ms = %.1f%% of its floor  %8.1f GB/s counted (+4 bytes per element)\n",
+    std::printf("  dual %-8s quantize pass with BF16 decodes: %8.3f ms = %.1f%% of its floor"
+                "  %8.1f GB/s counted (+4 bytes per element)\n",
                 cases[i].name, r.decode_seconds * 1e3, 100 * s.stream_decode_s / r.decode_seconds,
                 r.decode_counted_bytes / r.decode_seconds * 1e-9);
   }

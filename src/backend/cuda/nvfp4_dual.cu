@@ -349,7 +349,7 @@ struct DualShared {
   std::uint8_t row_scales[kCtaRows][kTileCols / 16];
   uint2 row_codes[Decode ? kCtaRows : 1][kTileCols / 16];  // Decode only: [row][block]
   float encode_of[2][128];                          // [direction][E4M3 code]
-  float2 g[2];  // [direction]: the global scale (encode, decode); plain floats, as shared memory has no initialisers
+  float2 g[2];  // [direction]: the global scale (encode, decode); plain floats: shared memory runs no initialisers
   std::uint64_t seed;
 };
 
@@ -434,7 +434,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
       if (blockIdx.x == 0) {
         out.globals[dir] = g;
         float* const alpha = dir == 0 ? out.row_alpha : out.col_alpha;
-        if (alpha) alpha[0] = g.decode * (dir == 0 ? out.row_alpha_partner : out.col_alpha_partner)->decode, alpha[1] = 0.0f;
+        const GlobalScale* const partner = dir == 0 ? out.row_alpha_partner : out.col_alpha_partner;
+        if (alpha) alpha[0] = g.decode * partner->decode, alpha[1] = 0.0f;
       }
     }
     if (t == 32 && spec.device_seed) sh.seed = *spec.device_seed;
@@ -507,8 +508,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
         tile_row_block(tile, (lane >> 2) + 8 * b, blk, v);
         const int tr = kTileRows * warp + (lane >> 2) + 8 * b;
         const std::int64_t base = (R0 + tr) * cols + cb;
-        sh.row_scales[tr][blk] =
-            quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base), row_codes_at(tr, base));
+        sh.row_scales[tr][blk] = quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base),
+                                                                row_codes_at(tr, base));
       } else {
         tile_column(tile, lane, b - 2, v);
         if constexpr (Rht) rht16(v, rs);
