@@ -31,18 +31,32 @@ __global__ void stream_mix_kernel(const uint4* __restrict__ in, std::int64_t nin
   for (std::int64_t j = i; j < nout; j += nin, ++k) out[j] = make_uint4(v.x ^ k, v.y, v.z, v.w);
 }
 
+// What both dual benchmarks refuse, before any allocation.
+void check_bench_args(std::int64_t rows, std::int64_t cols, int repeat) {
+  require_bench_device();
+  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
+    throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
+                                std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+}
+
+// The bytes a dual pass over n elements moves: the input once; both directions' codes (n / 2
+// bytes each) and scales (n / 16 each); with both BF16 decodes, 2 x 2 bytes per element more.
+struct PassBytes {
+  double input, write, decode_write;
+};
+PassBytes pass_bytes(std::int64_t n, bool bf16_input) {
+  const double write = static_cast<double>(n) * 2.0 * (0.5 + 1.0 / 16.0);
+  return {static_cast<double>(n) * (bf16_input ? 2 : 4), write, write + static_cast<double>(n) * 4.0};
+}
+
 }  // namespace
 
 DualStreamBench dual_stream_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat) {
-  require_bench_device();
-  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
-    throw std::invalid_argument("dual stream benchmark: rows and cols must be positive multiples of 16");
-  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
-  const std::int64_t n = rows * cols;  // a multiple of 256: every byte count below is one of 16
+  check_bench_args(rows, cols, repeat);
+  const PassBytes b = pass_bytes(rows * cols, bf16_input);  // rows x cols: a multiple of 256, so each count one of 16
   DualStreamBench r;
-  r.input_bytes = static_cast<double>(n) * (bf16_input ? 2 : 4);
-  r.pass_write_bytes = static_cast<double>(n) * 2.0 * (0.5 + 1.0 / 16.0);
-  r.decode_write_bytes = r.pass_write_bytes + static_cast<double>(n) * 4.0;
+  r.input_bytes = b.input, r.pass_write_bytes = b.write, r.decode_write_bytes = b.decode_write;
   const auto nin = static_cast<std::int64_t>(r.input_bytes) / 16;
   DeviceBuffer<uint4> in(static_cast<std::size_t>(nin));
   DeviceBuffer<uint4> out(static_cast<std::size_t>(r.decode_write_bytes) / 16);
@@ -67,11 +81,7 @@ DualStreamBench dual_stream_bench(std::int64_t rows, std::int64_t cols, bool bf1
 
 DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, bool rht, bool sr, int sr_bits,
                                     int repeat) {
-  require_bench_device();
-  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
-    throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
-                                std::to_string(rows) + " x " + std::to_string(cols) + ")");
-  if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+  check_bench_args(rows, cols, repeat);
   const std::int64_t n = rows * cols;
   DeviceBuffer<float> xf(bf16_input ? 0 : static_cast<std::size_t>(n));
   DeviceBuffer<std::uint16_t> xb(bf16_input ? static_cast<std::size_t>(n) : 0);
@@ -103,11 +113,12 @@ DualBench nvfp4_quantize_dual_bench(std::int64_t rows, std::int64_t cols, bool b
   r.amax_seconds = run([&](const auto* x) { nvfp4_quantize_dual_amax_pass(x, rows, cols, spec, keys.p); });
   // The quantize pass alone, from a cold L2 (keys from the amax pass just timed).
   r.quantize_seconds = run([&](const auto* x) { nvfp4_quantize_dual_quantize_pass(x, rows, cols, spec, out, keys.p); });
-  r.counted_bytes = static_cast<double>(n) * ((bf16_input ? 2.0 : 4.0) + 2.0 * (0.5 + 1.0 / 16.0));
+  const PassBytes b = pass_bytes(n, bf16_input);
+  r.counted_bytes = b.input + b.write;
   const DualOutputs with_decode{rc.p, rs.p, cc.p, cs.p, g.p, rb.p, cb.p};
   r.decode_seconds =
       run([&](const auto* x) { nvfp4_quantize_dual_quantize_pass(x, rows, cols, spec, with_decode, keys.p); });
-  r.decode_counted_bytes = r.counted_bytes + static_cast<double>(n) * 4.0;
+  r.decode_counted_bytes = b.input + b.decode_write;
   return r;
 }
 
