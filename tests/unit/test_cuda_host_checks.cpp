@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/nvfp4_dual.hpp"
 #include "support/catch.hpp"
@@ -92,6 +93,18 @@ TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before 
       FAIL("not refused");
     } catch (const std::invalid_argument& e) {
       CHECK(std::string(e.what()).find("multiples of 16 (got 24 x 64)") != std::string::npos);
+    }
+  }
+  SECTION("a side beyond 2^30 (the kernel's 32-bit tile coordinates) is refused") {
+    const std::int64_t big = (std::int64_t{1} << 30) + 16;
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{big, 16}, {16, big}}) {
+      try {
+        cuda::nvfp4_quantize_dual_device(b.x, rows, cols, cuda::DualSpec{}, b.out, b.keys);
+        FAIL("not refused");
+      } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()) == "dual NVFP4 quantization takes rows and cols up to 2^30 (got " +
+                                           std::to_string(rows) + " x " + std::to_string(cols) + ")");
+      }
     }
   }
 }

@@ -56,6 +56,9 @@ namespace {
 constexpr int kWarps = dual_tile::kWarps, kThreads = dual_tile::kThreads, kTileRows = dual_tile::kRows,
               kTileCols = dual_tile::kCols;  // 2 columns per lane
 constexpr int kCtaRows = kWarps * kTileRows;  // the quantize kernel's CTA: 128 rows x 64 columns, a warp per 16 rows
+// The largest rows and cols the quantize kernel takes: its tile coordinates (and a tile's end,
+// up to 128 past them) are 32-bit. A matrix with a side of 2^30 is far beyond any layer's.
+constexpr std::int64_t kMaxExtent = std::int64_t{1} << 30;
 static_assert(kThreads == 256, "the setup: one thread per code of each direction's 128-entry encode-scale table");
 // Quantize kernel blocks per SM asked of ptxas (registers per thread capped at 65536 / (256 x
 // blocks)). The SR kernels need 64 registers (4 blocks, 50% occupancy; at 48 they spill). The
@@ -327,9 +330,14 @@ __device__ __forceinline__ void tile_column(const SharedTile<T>& tile, int lane,
 }
 
 // The 16-byte vectors of row r from column c (a multiple of 16 elements) on.
+// a * b for extents of at most kMaxExtent (check_shape), as one 32 x 32 -> 64-bit multiply.
+__device__ __forceinline__ std::int64_t wide(int a, std::int64_t b) {
+  return static_cast<std::int64_t>(a) * static_cast<int>(b);
+}
+
 template <class T>
-__device__ __forceinline__ const uint4* row_vecs(const T* x, std::int64_t r, std::int64_t cols, std::int64_t c) {
-  return reinterpret_cast<const uint4*>(x + r * cols + c);
+__device__ __forceinline__ const uint4* row_vecs(const T* x, int r, std::int64_t cols, int c) {
+  return reinterpret_cast<const uint4*>(x + wide(r, cols) + c);
 }
 
 // What a CTA keeps in shared memory besides its warps' tiles: the global scales and the block
@@ -349,7 +357,7 @@ struct DualShared {
   std::uint8_t row_scales[kCtaRows][kTileCols / 16];
   uint2 row_codes[Decode ? kCtaRows : 1][kTileCols / 16];  // Decode only: [row][block]
   float encode_of[2][128];                          // [direction][E4M3 code]
-  float2 g[2];  // [direction]: the global scale (encode, decode); plain floats: shared memory runs no initialisers
+  float2 g[2];  // [direction]: the global scale (encode, decode); plain floats, as shared memory has no initialisers
   std::uint64_t seed;
 };
 
@@ -390,9 +398,12 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
                          const std::uint32_t* keys, DualOutputs out) {
   constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
   __shared__ DualShared<T, Decode> sh;
-  const std::int64_t col_tiles = (cols + kTileCols - 1) / kTileCols;
-  const std::int64_t R0 = (static_cast<std::int64_t>(blockIdx.x) / col_tiles) * kCtaRows;
-  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) % col_tiles) * kTileCols;
+  // Tile coordinates in 32 bits (rows and cols are at most kMaxExtent, check_shape): element
+  // offsets are 64-bit products (wide), but what a thread keeps live across the kernel is
+  // single registers, and the CTA's coordinates come from a 32-bit division.
+  const unsigned col_tiles = (static_cast<unsigned>(cols) + kTileCols - 1) / kTileCols;
+  const int R0 = static_cast<int>(blockIdx.x / col_tiles) * kCtaRows;
+  const int c0 = static_cast<int>(blockIdx.x % col_tiles) * kTileCols;
   // The lane's two rowwise blocks, into the warp's shared tile. The RNE kernels ask for them
   // by cp.async before anything else, so that they are in flight while the CTA computes its
   // global scales and tables and hold no registers meanwhile (a CTA quantizes only 16 KB of
@@ -402,10 +413,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // costs more than it hides (docs/performance.md).
   constexpr bool kTileFirst = !(RowSr || ColSr);
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t r0 = R0 + kTileRows * warp;
+  const int r0 = R0 + kTileRows * warp;
   const bool warp_in = r0 < rows;
   const int blk = lane & 3;
-  const std::int64_t cb = c0 + 16 * blk;
+  const int cb = c0 + 16 * blk;
   const bool row_in = warp_in && cb < cols;
   SharedTile<T>& tile = sh.tile[warp];
   if constexpr (kTileFirst) {
@@ -473,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     float v[16];
     tile_row_block(tile, (lane >> 2) + 8 * h, blk, v);
     const int tr = kTileRows * warp + (lane >> 2) + 8 * h;  // row in the CTA tile
-    const std::int64_t base = (R0 + tr) * cols + cb;
+    const std::int64_t base = wide(R0 + tr, cols) + cb;
     if (!quantize_fast<RowSr>(v, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
                               row_codes_at(tr, base), &sh.row_scales[tr][blk], row_in) &&
         row_in)
@@ -481,14 +492,14 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   }
 
   // Columns: c0 + 2 lane and the next, the warp's 16 rows each, from the shared tile.
-  const std::int64_t c = c0 + 2 * lane;
+  const int c = c0 + 2 * lane;
   const bool col_in = warp_in && c < cols;
 #pragma unroll 1
   for (int j = 0; j < 2; ++j) {
     float v[16];
     tile_column(tile, lane, j, v);
     if constexpr (Rht) rht16(v, rs);
-    const std::int64_t base = (c + j) * rows + r0;  // index in the transposed (stored) orientation
+    const std::int64_t base = wide(c + j, rows) + r0;  // index in the transposed (stored) orientation
     if (!quantize_fast<ColSr>(v, gc, sh.encode_of[1], spec.legacy, cr, static_cast<std::uint64_t>(base),
                               reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][2 * lane + j]),
                               &sh.col_scales[warp][2 * lane + j], col_in) &&
@@ -507,15 +518,16 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
       if (row) {
         tile_row_block(tile, (lane >> 2) + 8 * b, blk, v);
         const int tr = kTileRows * warp + (lane >> 2) + 8 * b;
-        const std::int64_t base = (R0 + tr) * cols + cb;
+        const std::int64_t base = wide(R0 + tr, cols) + cb;
         sh.row_scales[tr][blk] = quantize_block<RowSr || ColSr>(v, gr, spec.legacy, rr, static_cast<std::uint64_t>(base),
                                                                 row_codes_at(tr, base));
       } else {
         tile_column(tile, lane, b - 2, v);
         if constexpr (Rht) rht16(v, rs);
         const int col = 2 * lane + (b - 2);
+        const std::int64_t base = wide(c0 + col, rows) + r0;
         sh.col_scales[warp][col] =
-            quantize_block<RowSr || ColSr>(v, gc, spec.legacy, cr, static_cast<std::uint64_t>((c0 + col) * rows + r0),
+            quantize_block<RowSr || ColSr>(v, gc, spec.legacy, cr, static_cast<std::uint64_t>(base),
                                            reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][col]));
       }
     }
@@ -525,14 +537,14 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // Write-out: threads 0..63 one column's codes (8 bytes per warp row group), 64..127 its
   // scales, 128..255 one row's four rowwise scale bytes.
   const int t = static_cast<int>(threadIdx.x);
-  const std::int64_t valid_rows = min(static_cast<std::int64_t>(kCtaRows), rows - R0);
-  const int groups = static_cast<int>(valid_rows / kTileRows);  // warps with rows
+  const int valid_rows = min(kCtaRows, static_cast<int>(rows) - R0);
+  const int groups = valid_rows / kTileRows;  // warps with rows
   if (t < 2 * kTileCols) {
     const int col = t & (kTileCols - 1);
     if (c0 + col < cols) {
       if (t < kTileCols) {
-        uint2* dst = reinterpret_cast<uint2*>(out.col_codes + ((c0 + col) * rows + R0) / 2);
-        if (groups == kWarps && ((c0 + col) * rows) % 32 == 0) {
+        uint2* dst = reinterpret_cast<uint2*>(out.col_codes + (wide(c0 + col, rows) + R0) / 2);
+        if (groups == kWarps && wide(c0 + col, rows) % 32 == 0) {
 #pragma unroll
           for (int q = 0; q < kWarps / 2; ++q) {
             const uint2 a = sh.col_codes[2 * q][col], b = sh.col_codes[2 * q + 1][col];
@@ -542,8 +554,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
           for (int w = 0; w < groups; ++w) dst[w] = sh.col_codes[w][col];
         }
       } else {
-        std::uint8_t* dst = out.col_scales + ((c0 + col) * rows + R0) / 16;
-        if (groups == kWarps && ((c0 + col) * rows) % 128 == 0) {
+        std::uint8_t* dst = out.col_scales + (wide(c0 + col, rows) + R0) / 16;
+        if (groups == kWarps && wide(c0 + col, rows) % 128 == 0) {
           std::uint32_t lo = 0, hi = 0;
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
@@ -559,8 +571,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   } else {
     const int tr = t - 2 * kTileCols;
     if (tr < valid_rows) {
-      std::uint8_t* dst = out.row_scales + ((R0 + tr) * cols + c0) / 16;
-      const int nb = static_cast<int>(min(static_cast<std::int64_t>(4), (cols - c0) / 16));
+      std::uint8_t* dst = out.row_scales + (wide(R0 + tr, cols) + c0) / 16;
+      const int nb = min(4, (static_cast<int>(cols) - c0) / 16);
       if (nb == 4 && (cols % 64) == 0) {
         *reinterpret_cast<std::uint32_t*>(dst) = *reinterpret_cast<const std::uint32_t*>(sh.row_scales[tr]);
       } else {
@@ -578,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-      const std::int64_t base = (R0 + tr) * cols + cb;
+      const std::int64_t base = wide(R0 + tr, cols) + cb;
       row_codes[h] = row_in ? sh.row_codes[tr][blk] : make_uint2(0, 0);
       if (row_in) *reinterpret_cast<uint2*>(out.row_codes + base / 2) = row_codes[h];
     }
@@ -588,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-        const std::int64_t base = (R0 + tr) * cols + cb;
+        const std::int64_t base = wide(R0 + tr, cols) + cb;
         unscaled_bf16_block(row_codes[h], e4m3_decode(sh.row_scales[tr][blk]), o[h]);
         dst[h] = out.row_bf16 + base;
       }
@@ -600,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], e4m3_decode(sh.col_scales[warp][2 * lane + j]), o[j]);
-        dst[j] = out.col_bf16 + (c + j) * rows + r0;
+        dst[j] = out.col_bf16 + wide(c + j, rows) + r0;
       }
       store_block_pairs(o, dst, col_in);
     }
@@ -611,6 +623,9 @@ void check_shape(std::int64_t rows, std::int64_t cols) {
   if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
     throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
                                 std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  if (rows > kMaxExtent || cols > kMaxExtent)
+    throw std::invalid_argument("dual NVFP4 quantization takes rows and cols up to 2^30 (got " + std::to_string(rows) +
+                                " x " + std::to_string(cols) + ")");
 }
 
 // The kernels read the input as 16-byte vectors (also by cp.async) and store codes and scales
