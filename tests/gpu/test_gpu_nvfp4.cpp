@@ -360,6 +360,16 @@ TEST_CASE("NVFP4 GPU benchmark runs") {
       CHECK(r.cub_read_s > 0);
       CHECK(r.cub_read_bytes == static_cast<double>(256 * cols) * (dtype == cuda::InputDtype::Bf16 ? 2 : 4));
       CHECK(r.copy_gbps() > 0);
-      for (const auto& v : r.variants) CHECK(v.second > 0);
+      // The 1x16 pass with its BF16 decodes; with float32 input also the 16x16 weight quantizer
+      // without and with them: each variant's bytes are its input, codes, scales (and decodes).
+      const double elems = 256.0 * cols, in = elems * (dtype == cuda::InputDtype::Bf16 ? 2 : 4);
+      const double tiles = 16.0 * static_cast<double>((cols + 15) / 16);
+      REQUIRE(r.variants.size() == (dtype == cuda::InputDtype::Bf16 ? 1u : 3u));
+      CHECK(r.variants[0].bytes == in + elems * (0.5 + 1.0 / 16.0) + 2 * elems);
+      if (r.variants.size() == 3) {
+        CHECK(r.variants[1].bytes == in + elems * 0.5 + tiles);
+        CHECK(r.variants[2].bytes == in + elems * 0.5 + tiles + 2 * elems);
+      }
+      for (const auto& v : r.variants) CHECK(v.seconds > 0);
     }
 }

@@ -37,8 +37,14 @@ struct Nvfp4BenchResult {
   // DeviceReduce::Max over the input's whole 32-bit words, its time and the bytes it read.
   double cub_read_s = 0, cub_read_bytes = 0;
   double l2_bytes = 0;             // the device's L2, flushed (read over) before every timed repetition
-  // Quantize-only timings of other kernel configurations (name, seconds).
-  std::vector<std::pair<std::string, double>> variants;
+  // Quantize-only timings of other kernels and outputs, each with the bytes it reads once and
+  // writes (its floor at the copy's rate): the 1x16 pass writing the BF16 decodes too and, for
+  // float32 input, the 16x16 weight quantizer (the 2D scaling of a resident step's weights).
+  struct Variant {
+    std::string name;
+    double seconds = 0, bytes = 0;
+  };
+  std::vector<Variant> variants;
 
   double elements() const { return static_cast<double>(rows) * static_cast<double>(cols); }
   double input_bytes() const { return elements() * input_bytes_per_element; }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/bench.hpp"
 #include "backend/cuda/bench_data.cuh"
@@ -73,9 +74,23 @@ Nvfp4BenchResult quantize_bench(std::int64_t rows, std::int64_t cols, int repeat
   res.cub_read_s = time_best("cub::DeviceReduce::Max (bench)", [&] {
     check(cub::DeviceReduce::Max(dtemp.p, temp_bytes, words, dmax.p, nwords), "cub::DeviceReduce::Max");
   });
-  // Quantize-only variant: the BF16 q * S_b output (the emulated GEMM's operand).
-  res.variants.push_back({"owner kernel + BF16 q*S output (+2 B/elem)",
-                          time_best("quantize + bf16 (bench)", [&] { quantize(dbf16.p); })});
+  // Quantize-only variants: the BF16 q * S output (the emulated GEMM's operand), 2 bytes an element more.
+  const double bf16_bytes = 2.0 * res.elements();
+  res.variants.push_back({"1x16 owner kernel + BF16 q*S", time_best("quantize + bf16 (bench)", [&] { quantize(dbf16.p); }),
+                          res.counted_bytes() + bf16_bytes});
+  if constexpr (std::is_same_v<In, float>) {
+    // The 16x16 weight quantizer (2D scaling, RNE), as a resident step calls it: codes, a
+    // scale per 16 x 16 tile and the BF16 decodes.
+    const std::int64_t tiles = (rows + kBlock - 1) / kBlock * (pcols / kBlock);
+    DeviceBuffer<std::uint8_t> dscales2d(static_cast<std::size_t>(tiles), "cudaMalloc(bench 16x16 scales)");
+    const auto quantize_2d = [&](std::uint16_t* bf16) {
+      nvfp4_quantize_16x16_device_from_amax(dx.p, rows, cols, dkey.p, rne, false, dcodes.p, dscales2d.p, nullptr, bf16);
+    };
+    const double bytes_2d = res.input_bytes() + res.elements() * 0.5 + static_cast<double>(tiles);
+    res.variants.push_back({"16x16 weight quantizer", time_best("16x16 (bench)", [&] { quantize_2d(nullptr); }), bytes_2d});
+    res.variants.push_back({"16x16 weight quantizer + BF16 q*S",
+                            time_best("16x16 + bf16 (bench)", [&] { quantize_2d(dbf16.p); }), bytes_2d + bf16_bytes});
+  }
   return res;
 }
 
