@@ -245,7 +245,7 @@ void check_device_api(const std::vector<In>& x_host, const Matrix& values, const
 
 // The 16x16 device API (the resident steps' 2D weights): amax pass, then 16x16 tiles with the
 // BF16 output, against the CPU reference, through both kernels: with the BF16 output at element
-// offset 0 and cols % 16 == 0, the strip kernel (a warp per 16 x 128 strip, hw SR excepted);
+// offset 0 and cols % 16 == 0, the strip kernel (a warp per 16 x 64 strip, hw SR excepted);
 // at offset 1 (the BF16 output misaligned) or with cols % 16 != 0, the half-warp-per-block
 // kernel, whose whole aligned blocks leave by vector stores and the rest element by element.
 // Shapes with partial tiles (37 rows) and partial strips (80, 48 columns) included.

@@ -7,8 +7,8 @@
 //  quantize_simple<In> one thread per 1x16 block: the spec's loop, every shape, partial blocks
 //                      zero-padded (padding codes 0).
 //  quantize_16x16_strip<R>  16x16 tiles of float input, cols % 16 == 0, aligned outputs, every
-//                      rounding but hw SR: a warp per 16 x 128 strip, a lane per 4 columns of
-//                      its 16 rows, the tile amax by __shfl_xor among a tile's 4 lanes.
+//                      rounding but hw SR: a warp per 16 x 64 strip, a lane per 4 columns of
+//                      8 rows, the tile amax by __shfl_xor among a tile's 8 lanes.
 //  quantize_16x16<In>  16x16 tiles otherwise: a half-warp per tile, a lane per row, the tile
 //                      amax by __shfl_xor; every shape, padded as the simple kernel.
 //  quantize_1x16_owner<In>  1x16, cols % 16 == 0: several lanes per block, each one 16-byte
@@ -134,11 +134,19 @@ struct Vec16<std::uint16_t> {
   }
 };
 
-__device__ __forceinline__ GlobalScale kernel_global(const QuantArgs& a) {
-  const GlobalScale g = a.amax_key ? nvfp4_global_scale(bits_float(*a.amax_key)) : a.g;
+// The kernel's global scale: from the amax key on the device (or a.g without one); thread 0 of
+// block 0 reports it. A kernel that asks for its input first reads the key with
+// load_amax_key before those loads and hands it to kernel_global afterwards, so that the key's
+// latency and the divisions overlap the input's instead of holding its first load back.
+__device__ __forceinline__ std::uint32_t load_amax_key(const QuantArgs& a) {
+  return a.amax_key ? __ldg(a.amax_key) : 0u;
+}
+__device__ __forceinline__ GlobalScale kernel_global(const QuantArgs& a, std::uint32_t key) {
+  const GlobalScale g = a.amax_key ? nvfp4_global_scale(bits_float(key)) : a.g;
   if (a.global_out && blockIdx.x == 0 && threadIdx.x == 0) *a.global_out = g;
   return g;
 }
+__device__ __forceinline__ GlobalScale kernel_global(const QuantArgs& a) { return kernel_global(a, load_amax_key(a)); }
 
 template <Rounding R>
 __device__ __forceinline__ std::uint8_t round_e2m1(float y, const RoundingSpec& r, std::uint64_t index) {
@@ -349,49 +357,65 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
   else reinterpret_cast<uint2*>(out)[v] = make_uint2(w[0], w[1]);
 }
 
-// 16x16 blocks of a row-major float tensor with cols % 16 == 0 and 16-byte aligned rows: a warp per
-// 16-row strip of eight blocks (128 columns), lane l its four columns 4l .. 4l + 3 of all 16 rows,
-// the four lanes of a block reducing its amax by two __shfl_xor steps. Every load, code store
-// (2 bytes a lane) and BF16 store (8 bytes) of a warp then covers one contiguous row segment;
+// 16x16 blocks of a row-major float tensor with cols % 16 == 0 and 16-byte aligned rows: a warp
+// per 16 x 64 strip of four blocks. Lane l holds columns 4 (l % 16) .. + 3 of rows
+// 8 (l / 16) .. + 7 of the strip, so a block is 4 lanes across times 2 down, and its amax two
+// __shfl_xor steps across and one down. Every load and store instruction of a warp covers two
+// contiguous row segments (16, 2 and 8 bytes a lane for the input, codes and BF16 decodes);
 // quantize_16x16_kernel's half-warp per block, a lane per row, touches 16 rows in each access
-// and its stores are 16 rows apart. The rounding is quantize_block_row's, element for element
-// (clamp, e2m1 rounding by element index r * cols + c, pcols = cols), through round_lane, whose
-// one Philox call gives the four SR words of a lane's row piece (hw SR stays with
-// quantize_16x16_kernel: its words are per 1x16 block).
+// and its stores are 16 rows apart. Why 8 rows a lane: a lane holding all 16 rows of its
+// columns keeps 64 values in registers (100 registers, 2 CTAs an SM), too few warps resident
+// for one warp's loads to overlap another's rounding; 8 rows fit 64 registers (4 CTAs), and 4
+// rows add shuffles and a block scale computation per 16 elements for no more warps. The
+// rounding is quantize_block_row's, element for element (clamp, e2m1 rounding by element index
+// r * cols + c, pcols = cols), through round_lane, whose one Philox call gives the four SR
+// words of a lane's row piece (hw SR stays with quantize_16x16_kernel: its words are per 1x16
+// block; the SR kernel, with its Philox state, gets 3 CTAs' registers rather than spill).
+constexpr int kStripRowsPerLane = 8, kStripCols = 4 * 32 / (kBlock / kStripRowsPerLane);
 template <Rounding R>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
     quantize_16x16_strip_kernel(const float* __restrict__ x, std::int64_t rows, std::int64_t cols,
                                 std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
-  constexpr int kCols = 4, kStrip = 32 * kCols;
-  const GlobalScale g = kernel_global(a);
+  constexpr int kRowsPerLane = kStripRowsPerLane, kCols = 4, kDown = kBlock / kRowsPerLane, kAcross = 32 / kDown;
+  constexpr int kStrip = kStripCols;
+  const std::uint32_t key = load_amax_key(a);
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const std::int64_t strips = (cols + kStrip - 1) / kStrip;
   if (warp >= scale_rows * strips) return;  // a whole warp: the shuffles below see every lane
-  const std::int64_t tr = warp / strips, c = (warp % strips) * kStrip + kCols * lane;
-  const bool live = c < cols;  // cols % 16 == 0: a block's four lanes are live together
-  float v[kBlock][kCols];
+  const std::int64_t tr = warp / strips, c = (warp % strips) * kStrip + kCols * (lane % kAcross);
+  const std::int64_t r0 = tr * kBlock + (lane / kAcross) * kRowsPerLane;
+  const bool live = c < cols;  // cols % 16 == 0: a block's lanes are live together
+  // The lane's rows that exist (none past the tensor's end or right of it), and the element
+  // offset of its first: each further row is cols on, one add instead of a product per row.
+  const int n = live ? static_cast<int>(min(max(rows - r0, std::int64_t{0}), std::int64_t{kRowsPerLane})) : 0;
+  const std::int64_t e0 = r0 * cols + c;
+  float v[kRowsPerLane][kCols];
 #pragma unroll
-  for (int i = 0; i < kBlock; ++i) {
-    const std::int64_t r = tr * kBlock + i;
-    if (!live || r >= rows) {
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    if (i < n) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(x + e0 + i * cols));
+      v[i][0] = f.x, v[i][1] = f.y, v[i][2] = f.z, v[i][3] = f.w;
+    } else {
 #pragma unroll
       for (int j = 0; j < kCols; ++j) v[i][j] = 0.0f;  // +0 leaves the amax as it is
-    } else {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(x + r * cols + c));
-      v[i][0] = f.x, v[i][1] = f.y, v[i][2] = f.z, v[i][3] = f.w;
     }
   }
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kBlock; ++i)
+  for (int i = 0; i < kRowsPerLane; ++i)
 #pragma unroll
     for (int j = 0; j < kCols; ++j) amax = max_ignore_nan(amax, abs_f32(v[i][j]));
   amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
   amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+#pragma unroll
+  for (int down = kAcross; down < 32; down *= 2) amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, down));
+  // The global scale only now: computed before the loads above, its key's latency and its
+  // divisions held back the first load of every warp (whose only strip this is, mostly).
+  const GlobalScale g = kernel_global(a, key);
   if (!live) return;
   const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
-  if ((lane & 3) == 0) a.scales[tr * scale_cols + c / kBlock] = s;
+  if (lane % 4 == 0 && lane < kAcross) a.scales[tr * scale_cols + c / kBlock] = s;
   const float e_b = nvfp4_block_encode_scale(s, g.decode), s_value = e4m3_decode(s);
   // (The byte tables cover the finite non-negative scale codes, every code nvfp4_global_scale's
   // scales give; a caller's out-of-range GlobalScale decodes element by element.)
@@ -399,9 +423,9 @@ __global__ void __launch_bounds__(kThreads)
   const UnscaledBf16Tables t = nvfp4_unscaled_bf16_tables(table ? s_value : 0.0f);
   unsigned long long clipped = 0;
 #pragma unroll
-  for (int i = 0; i < kBlock; ++i) {
-    const std::int64_t r = tr * kBlock + i;
-    if (r >= rows) break;
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    if (i >= n) break;
+    const std::int64_t e = e0 + i * cols;  // element (r0 + i, c)
     float y[kCols];
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
@@ -410,19 +434,19 @@ __global__ void __launch_bounds__(kThreads)
       clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
     }
     std::uint8_t q[kCols];
-    round_lane<R, kCols>(y, a.r, static_cast<std::uint64_t>(r * cols + c), nullptr, q);
+    round_lane<R, kCols>(y, a.r, static_cast<std::uint64_t>(e), nullptr, q);
     const std::uint32_t packed = q[0] | (q[1] << 4) | (q[2] << 8) | (q[3] << 12);
-    *reinterpret_cast<std::uint16_t*>(a.codes + (r * cols + c) / 2) = static_cast<std::uint16_t>(packed);
+    *reinterpret_cast<std::uint16_t*>(a.codes + e / 2) = static_cast<std::uint16_t>(packed);
     if (a.bf16_unscaled) {
       if (table) {
         const Bf16x4 b = nvfp4_unscaled_bf16x4(t, packed);
-        *reinterpret_cast<uint2*>(a.bf16_unscaled + r * cols + c) = make_uint2(b.lo, b.hi);
+        *reinterpret_cast<uint2*>(a.bf16_unscaled + e) = make_uint2(b.lo, b.hi);
       } else {
-        store_unscaled<kCols>(q, s, a.bf16_unscaled + r * cols + c, 0);
+        store_unscaled<kCols>(q, s, a.bf16_unscaled + e, 0);
       }
     }
     if (a.dequantized)
-      *reinterpret_cast<float4*>(a.dequantized + r * cols + c) =
+      *reinterpret_cast<float4*>(a.dequantized + e) =
           make_float4(nvfp4_dequantize(q[0], s, g.decode), nvfp4_dequantize(q[1], s, g.decode),
                       nvfp4_dequantize(q[2], s, g.decode), nvfp4_dequantize(q[3], s, g.decode));
   }
@@ -665,7 +689,7 @@ void launch_amax(const In* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream
 template <Rounding R>
 void launch_16x16_strips_t(const float* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
                            std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
-  const std::int64_t warps = srows * ((cols + 127) / 128);
+  const std::int64_t warps = srows * ((cols + kStripCols - 1) / kStripCols);
   quantize_16x16_strip_kernel<R><<<grid_of(warps * 32, kThreads), kThreads, 0, st>>>(d_x, rows, cols, srows, scols, a);
   check(cudaGetLastError(), "quantize_16x16_strip_kernel launch");
 }
