@@ -404,14 +404,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   const unsigned col_tiles = (static_cast<unsigned>(cols) + kTileCols - 1) / kTileCols;
   const int R0 = static_cast<int>(blockIdx.x / col_tiles) * kCtaRows;
   const int c0 = static_cast<int>(blockIdx.x % col_tiles) * kTileCols;
-  // The lane's two rowwise blocks, into the warp's shared tile. The RNE kernels ask for them
-  // by cp.async before anything else, so that they are in flight while the CTA computes its
-  // global scales and tables and hold no registers meanwhile (a CTA quantizes only 16 KB of
-  // BF16; loaded after the tables, each CTA began with the keys' latency, the divisions and a
-  // barrier before its first byte was asked for). The SR kernels, bound by instruction
-  // issue rather than by that latency, load them after the tables: for them the early copy
-  // costs more than it hides (docs/performance.md).
-  constexpr bool kTileFirst = !(RowSr || ColSr);
+  // The lane's two rowwise blocks, into the warp's shared tile, by cp.async before anything
+  // else: they are in flight while the CTA computes its global scales and tables, and hold no
+  // registers meanwhile (a CTA quantizes only 16 KB of BF16; loaded after the tables, each CTA
+  // began with the keys' latency, the divisions and a barrier before its first byte was asked for).
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
   const int r0 = R0 + kTileRows * warp;
   const bool warp_in = r0 < rows;
@@ -419,16 +415,14 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   const int cb = c0 + 16 * blk;
   const bool row_in = warp_in && cb < cols;
   SharedTile<T>& tile = sh.tile[warp];
-  if constexpr (kTileFirst) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4* src = row_in ? row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb)
-                                : reinterpret_cast<const uint4*>(x);  // not read: zeros are stored
+  for (int h = 0; h < 2; ++h) {
+    const uint4* src = row_in ? row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb)
+                              : reinterpret_cast<const uint4*>(x);  // not read: zeros are stored
 #pragma unroll
-      for (int k = 0; k < kVecs; ++k)
-        copy16_to_shared_async(&tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)], src + (row_in ? k : 0),
-                               row_in);
-    }
+    for (int k = 0; k < kVecs; ++k)
+      copy16_to_shared_async(&tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)], src + (row_in ? k : 0),
+                             row_in);
   }
   // The global scales, the encode tables and the seed, behind one barrier: thread t works for
   // direction t / 128 (0 rowwise, 1 columnwise), computes that direction's global scale from
@@ -455,20 +449,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   RoundingSpec rr = spec.row_rounding, cr = spec.col_rounding;
   if (spec.device_seed) rr.rng.seed = cr.rng.seed = sh.seed;
   const GlobalScale gr{sh.g[0].x, sh.g[0].y}, gc{sh.g[1].x, sh.g[1].y};
-  if constexpr (kTileFirst) {
-    copy_to_shared_wait_all();
-  } else {
-    uint4 raw[2][kVecs];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k)
-        raw[h][k] = row_in ? __ldg(row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb) + k) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int k = 0; k < kVecs; ++k) tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)] = raw[h][k];
-  }
+  copy_to_shared_wait_all();
   __syncwarp();  // the warp's tile (a warp reads only its own)
 
   // Rows: this lane's two rowwise blocks, whole.
