@@ -372,7 +372,7 @@ __device__ __forceinline__ void store_unscaled(const std::uint8_t* q, std::uint8
 // words of a lane's row piece (hw SR stays with quantize_16x16_kernel: its words are per 1x16
 // block; the SR kernel, with its Philox state, gets 3 CTAs' registers rather than spill).
 constexpr int kStripRowsPerLane = 8, kStripCols = 4 * 32 / (kBlock / kStripRowsPerLane);
-template <Rounding R>
+template <Rounding R, bool Extras>
 __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
     quantize_16x16_strip_kernel(const float* __restrict__ x, std::int64_t rows, std::int64_t cols,
                                 std::int64_t scale_rows, std::int64_t scale_cols, QuantArgs a) {
@@ -401,20 +401,37 @@ __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
       for (int j = 0; j < kCols; ++j) v[i][j] = 0.0f;  // +0 leaves the amax as it is
     }
   }
-  float amax = 0.0f;
+  // The block amax as the max of the elements' amax keys (an unsigned max: the magnitudes'
+  // order, exact in any order), the max_ignore_nan fold from +0 bit for bit. First the raw
+  // |x| bits, NaNs included (above 0x7f800000 iff the block holds a NaN); only a warp with a
+  // NaN in some block takes its keys again with NaN -> 0.
+  const auto block_max = [](std::uint32_t m) {
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
+#pragma unroll
+    for (int down = kAcross; down < 32; down *= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, down));
+    return m;
+  };
+  std::uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < kRowsPerLane; ++i)
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) amax = max_ignore_nan(amax, abs_f32(v[i][j]));
-  amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    for (int j = 0; j < kCols; ++j) m = max(m, float_bits(v[i][j]) & 0x7fffffffu);
+  m = block_max(m);
+  const bool no_nan = m <= 0x7f800000u;
+  if (__any_sync(0xffffffffu, !no_nan)) {
+    m = 0;
 #pragma unroll
-  for (int down = kAcross; down < 32; down *= 2) amax = max_ignore_nan(amax, __shfl_xor_sync(0xffffffffu, amax, down));
+    for (int i = 0; i < kRowsPerLane; ++i)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) m = max(m, amax_key(v[i][j]));
+    m = block_max(m);
+  }
   // The global scale only now: computed before the loads above, its key's latency and its
   // divisions held back the first load of every warp (whose only strip this is, mostly).
   const GlobalScale g = kernel_global(a, key);
   if (!live) return;
-  const std::uint8_t s = nvfp4_block_scale_code(amax, g.encode, a.legacy);
+  const std::uint8_t s = block_scale_code_hw(bits_float(m), g.encode, a.legacy);
   if (lane % 4 == 0 && lane < kAcross) a.scales[tr * scale_cols + c / kBlock] = s;
   const float e_b = nvfp4_block_encode_scale(s, g.decode), s_value = e4m3_decode(s);
   // (The byte tables cover the finite non-negative scale codes, every code nvfp4_global_scale's
@@ -429,12 +446,20 @@ __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
     float y[kCols];
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
+      // Without the clipped count, RNE and RZ round the product unclamped, as the owner
+      // kernel's quantize_lane does (the clamp changes no RNE or RZ code); SR keeps it.
       bool clip;
-      y[j] = clamp_e2m1_range(v[i][j] * e_b, &clip);
-      clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks flush: underflow, not clipping
+      if constexpr (!Extras && R != Rounding::Stochastic) y[j] = v[i][j] * e_b;
+      else y[j] = clamp_e2m1_range(v[i][j] * e_b, &clip);
+      if constexpr (Extras) clipped += clip && (s & 0x7fu) != 0;  // zero-scale blocks: underflow
     }
     std::uint8_t q[kCols];
-    round_lane<R, kCols>(y, a.r, static_cast<std::uint64_t>(e), nullptr, q);
+    if (R == Rounding::NearestEven && !Extras && no_nan) {  // quantize_lane's fast path, its argument
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) q[j] = e2m1_rne_not_nan(y[j]);
+    } else {
+      round_lane<R, kCols>(y, a.r, static_cast<std::uint64_t>(e), nullptr, q);
+    }
     const std::uint32_t packed = q[0] | (q[1] << 4) | (q[2] << 8) | (q[3] << 12);
     *reinterpret_cast<std::uint16_t*>(a.codes + e / 2) = static_cast<std::uint16_t>(packed);
     if (a.bf16_unscaled) {
@@ -445,12 +470,16 @@ __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
         store_unscaled<kCols>(q, s, a.bf16_unscaled + e, 0);
       }
     }
-    if (a.dequantized)
-      *reinterpret_cast<float4*>(a.dequantized + e) =
-          make_float4(nvfp4_dequantize(q[0], s, g.decode), nvfp4_dequantize(q[1], s, g.decode),
-                      nvfp4_dequantize(q[2], s, g.decode), nvfp4_dequantize(q[3], s, g.decode));
+    if constexpr (Extras) {
+      if (a.dequantized)
+        *reinterpret_cast<float4*>(a.dequantized + e) =
+            make_float4(nvfp4_dequantize(q[0], s, g.decode), nvfp4_dequantize(q[1], s, g.decode),
+                        nvfp4_dequantize(q[2], s, g.decode), nvfp4_dequantize(q[3], s, g.decode));
+    }
   }
-  if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
+  if constexpr (Extras) {
+    if (a.clipped && clipped) atomicAdd(a.clipped, clipped);
+  }
 }
 
 // Scales of one 1x16 block from its amax key (the max of its elements' keys, NaN -> 0, which
@@ -686,11 +715,17 @@ void launch_amax(const In* d_x, std::int64_t n, std::uint32_t* d_key, cudaStream
   check(cudaGetLastError(), "amax_kernel launch");
 }
 
+// The clipped count and float dequantized output (host wrapper only) select the Extras
+// instantiation, as for the owner kernel.
 template <Rounding R>
 void launch_16x16_strips_t(const float* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
                            std::int64_t scols, const QuantArgs& a, cudaStream_t st) {
   const std::int64_t warps = srows * ((cols + kStripCols - 1) / kStripCols);
-  quantize_16x16_strip_kernel<R><<<grid_of(warps * 32, kThreads), kThreads, 0, st>>>(d_x, rows, cols, srows, scols, a);
+  const unsigned grid = grid_of(warps * 32, kThreads);
+  if (a.clipped || a.dequantized)
+    quantize_16x16_strip_kernel<R, true><<<grid, kThreads, 0, st>>>(d_x, rows, cols, srows, scols, a);
+  else
+    quantize_16x16_strip_kernel<R, false><<<grid, kThreads, 0, st>>>(d_x, rows, cols, srows, scols, a);
   check(cudaGetLastError(), "quantize_16x16_strip_kernel launch");
 }
 void launch_16x16_strips(const float* d_x, std::int64_t rows, std::int64_t cols, std::int64_t srows,
