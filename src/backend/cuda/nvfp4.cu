@@ -44,9 +44,6 @@ constexpr int kBlock = 16;
 constexpr int kThreads = 256;
 static_assert(kThreads >= 128, "the CTA fills its 128-entry encode-scale table with one thread per code");
 
-
-
-
 // Arguments shared by the quantize kernels. Pointers other than codes/scales may be null.
 struct QuantArgs {
   GlobalScale g;                     // used when amax_key is null

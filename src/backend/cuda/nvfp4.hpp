@@ -21,7 +21,7 @@ namespace fp4d::cuda {
 
 // Which quantize kernel the host wrapper launches.
 //  Auto:       Lanes where it applies (1x16 blocks, cols % 16 == 0), Simple otherwise.
-//  Simple:     one thread per 1x16 block; 16x16 tiles by the strip kernel (a warp per 16 x 128
+//  Simple:     one thread per 1x16 block; 16x16 tiles by the strip kernel (a warp per 16 x 64
 //              strip) where cols % 16 == 0, the outputs are aligned and SR is not hw, else a
 //              half-warp per tile (a lane per row); every layout and shape.
 //  Lanes:      1x16 with cols % 16 == 0 only (throws std::invalid_argument otherwise): 4
