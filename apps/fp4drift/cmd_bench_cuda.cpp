@@ -72,7 +72,7 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, i
                                 {"rows", rows},
                                 {"cols", cols},
                                 {"memcpy_seconds", s.memcpy_s},
-                                {"memcpy_gbps", 2 * s.input_bytes / s.memcpy_s * 1e-9},
+                                {"memcpy_gbps", s.memcpy_gbps()},
                                 {"stream_copy_seconds", s.stream_copy_s},
                                 {"stream_pass_bytes", pass_floor_bytes},
                                 {"stream_pass_seconds", s.stream_pass_s},
@@ -98,7 +98,7 @@ int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, i
   std::printf("  floors, the same bytes streamed (16-byte loads and stores, nothing computed): quantize pass %.3f ms "
               "(%.1f MB), with BF16 decodes %.3f ms (%.1f MB); as a copy %.3f ms, cudaMemcpy %.3f ms (%.1f GB/s)\n",
               s.stream_pass_s * 1e3, pass_floor_bytes * 1e-6, s.stream_decode_s * 1e3, decode_floor_bytes * 1e-6,
-              s.stream_copy_s * 1e3, s.memcpy_s * 1e3, 2 * s.input_bytes / s.memcpy_s * 1e-9);
+              s.stream_copy_s * 1e3, s.memcpy_s * 1e3, s.memcpy_gbps());
   for (std::size_t i = 0; i < std::size(cases); ++i) {
     const cuda::DualBench& r = results[i];
     std::printf("  dual %-8s: %8.3f ms (amax pass %.3f ms, quantize pass alone %.3f ms = %.1f%% of its floor)"

@@ -107,4 +107,14 @@ TEST_CASE("Dual NVFP4 refuses a misaligned or missing buffer, naming it, before 
       }
     }
   }
+  SECTION("the shape check alone (what the benchmarks ask before allocating) is the entry points' own") {
+    const std::int64_t max = std::int64_t{1} << 30;
+    CHECK_NOTHROW(cuda::nvfp4_quantize_dual_check_shape(16, max));
+    CHECK_THROWS_WITH(cuda::nvfp4_quantize_dual_check_shape(24, 64),
+                      "dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got 24 x 64)");
+    CHECK_THROWS_WITH(cuda::nvfp4_quantize_dual_check_shape(0, 64),
+                      "dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got 0 x 64)");
+    CHECK_THROWS_WITH(cuda::nvfp4_quantize_dual_check_shape(max + 16, 16),
+                      "dual NVFP4 quantization takes rows and cols up to 2^30 (got 1073741840 x 16)");
+  }
 }

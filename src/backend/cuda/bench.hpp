@@ -85,6 +85,7 @@ struct DualStreamBench {
   double stream_copy_s = 0;    // the streaming kernel, writing input_bytes
   double stream_pass_s = 0;    // ... writing pass_write_bytes
   double stream_decode_s = 0;  // ... writing decode_write_bytes
+  double memcpy_gbps() const { return 2.0 * input_bytes / memcpy_s * 1e-9; }  // read + write
 };
 DualStreamBench dual_stream_bench(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat);
 

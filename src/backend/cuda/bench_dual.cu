@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
-#include <string>
 
 #include "backend/cuda/bench.hpp"
 #include "backend/cuda/bench_data.cuh"
@@ -34,9 +33,7 @@ __global__ void stream_mix_kernel(const uint4* __restrict__ in, std::int64_t nin
 // What both dual benchmarks refuse, before any allocation.
 void check_bench_args(std::int64_t rows, std::int64_t cols, int repeat) {
   require_bench_device();
-  if (rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0)
-    throw std::invalid_argument("dual NVFP4 quantization needs rows and cols that are positive multiples of 16 (got " +
-                                std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  nvfp4_quantize_dual_check_shape(rows, cols);
   if (repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
 }
 

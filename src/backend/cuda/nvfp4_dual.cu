@@ -568,12 +568,13 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   if constexpr (Decode) {
     if (!warp_in) return;
     uint2 row_codes[2];
+    std::int64_t row_base[2];  // element index of the lane's rowwise block h
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-      const std::int64_t base = wide(R0 + tr, cols) + cb;
+      row_base[h] = wide(R0 + tr, cols) + cb;
       row_codes[h] = row_in ? sh.row_codes[tr][blk] : make_uint2(0, 0);
-      if (row_in) *reinterpret_cast<uint2*>(out.row_codes + base / 2) = row_codes[h];
+      if (row_in) *reinterpret_cast<uint2*>(out.row_codes + row_base[h] / 2) = row_codes[h];
     }
     if (out.row_bf16) {
       uint4 o[2][2];
@@ -581,9 +582,8 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-        const std::int64_t base = wide(R0 + tr, cols) + cb;
         unscaled_bf16_block(row_codes[h], e4m3_decode(sh.row_scales[tr][blk]), o[h]);
-        dst[h] = out.row_bf16 + base;
+        dst[h] = out.row_bf16 + row_base[h];
       }
       store_block_pairs(o, dst, row_in);
     }
@@ -827,6 +827,8 @@ __global__ void unscaled_decode_check_kernel(unsigned long long* bad, std::uint3
 }
 
 }  // namespace
+
+void nvfp4_quantize_dual_check_shape(std::int64_t rows, std::int64_t cols) { check_shape(rows, cols); }
 
 namespace {
 // Runs one of the exhaustive check kernels above: launch(counts, first) fills counts[0] (the

@@ -71,6 +71,9 @@ void nvfp4_quantize_dual_device(const float* d_x, std::int64_t rows, std::int64_
 // The same for BF16 input (raw bits; BF16 -> float32 is exact).
 void nvfp4_quantize_dual_device(const std::uint16_t* d_x, std::int64_t rows, std::int64_t cols, const DualSpec& spec,
                                 const DualOutputs& out, std::uint32_t* d_keys, void* stream = nullptr);
+// The shapes every dual entry point takes (rows and cols positive multiples of 16, at most
+// 2^30); throws std::invalid_argument otherwise. For callers that check before allocating.
+void nvfp4_quantize_dual_check_shape(std::int64_t rows, std::int64_t cols);
 // Its two passes one at a time (the benchmark times each): the amax pass (zeroes d_keys and
 // leaves both amax keys there) and the quantize pass (reads d_keys, writes `out`). Same shape
 // and buffer checks (the amax pass: the input and d_keys only).
