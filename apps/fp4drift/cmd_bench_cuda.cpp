@@ -48,14 +48,18 @@ int run_bench_gemm_cuda(std::int64_t size, int repeat, bool json) {
 // float32) tensor in one pass (both amaxes included), with and without RHT-16 on the columnwise
 // side and SR (exact, and the paper's hardware form, hw), against the floors of its byte mixes
 // on this device (cuda::dual_stream_bench: a streaming kernel that reads and writes the same
-// bytes, and the device's copy beside it).
+// bytes, and the device's copy beside it). rht+rne is the training step's activation pass (RNE
+// both ways, RHT on the columnwise side), rht+srhw its gradient pass.
 int run_bench_dual_cuda(std::int64_t rows, std::int64_t cols, bool bf16_input, int repeat, bool json) {
   struct Case {
     const char* name;
     bool rht, sr;
     int sr_bits;
   };
-  const Case cases[] = {{"rne", false, false, kSrExact}, {"rht+sr", true, true, kSrExact}, {"rht+srhw", true, true, kSrHw}};
+  const Case cases[] = {{"rne", false, false, kSrExact},
+                        {"rht+rne", true, false, kSrExact},
+                        {"rht+sr", true, true, kSrExact},
+                        {"rht+srhw", true, true, kSrHw}};
   // Every case is measured before anything is printed: an error (no device, a build without
   // CUDA) then comes alone.
   cuda::DualBench results[std::size(cases)];
