@@ -299,12 +299,33 @@ __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale 
 // Chunk ch of row r sits at ch ^ ((ch >> 3) << 1) ^ (r & 1): the 16-byte stores of a quarter
 // warp (two rows, four blocks) and the column reads (one word or two per lane along a row) each
 // hit distinct banks.
+// The swizzle only permutes a 1x16 block's own chunks (its XOR term is below kVecs), so vector
+// k of rowwise block blk sits at block_chunk: the block's first chunk plus k ^ swizzle(r, blk),
+// the term being the same for all the block's vectors and, r & 1 aside, for all its rows.
 template <class T>
 struct SharedTile {
-  static constexpr int kChunks = 4 * static_cast<int>(sizeof(T));
+  static constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
+  static constexpr int kChunks = 4 * kVecs;
   uint4 chunk[kTileRows * kChunks];
-  __device__ __forceinline__ static int at(int r, int ch) { return r * kChunks + (ch ^ ((ch >> 3) << 1) ^ (r & 1)); }
+  __host__ __device__ __forceinline__ static constexpr int at(int r, int ch) {
+    return r * kChunks + (ch ^ ((ch >> 3) << 1) ^ (r & 1));
+  }
+  __host__ __device__ __forceinline__ static constexpr int swizzle(int r, int blk) {
+    return (((blk * kVecs) >> 3) << 1) ^ (r & 1);
+  }
+  __host__ __device__ __forceinline__ static constexpr int block_chunk(int r, int blk, int k) {
+    return r * kChunks + blk * kVecs + (k ^ swizzle(r, blk));
+  }
+  static constexpr bool block_chunk_is_at() {
+    for (int r = 0; r < kTileRows; ++r)
+      for (int blk = 0; blk < 4; ++blk)
+        for (int k = 0; k < kVecs; ++k)
+          if (block_chunk(r, blk, k) != at(r, blk * kVecs + k)) return false;
+    return true;
+  }
 };
+static_assert(SharedTile<float>::block_chunk_is_at() && SharedTile<std::uint16_t>::block_chunk_is_at(),
+              "block_chunk must address the chunk at() does");
 
 // Rowwise block blk (16 columns) of tile row r, and column 2 lane + j, back from the shared tile.
 template <class T>
@@ -312,7 +333,7 @@ __device__ __forceinline__ void tile_row_block(const SharedTile<T>& tile, int r,
   constexpr int kVecs = static_cast<int>(sizeof(T));
   uint4 raw[kVecs];
 #pragma unroll
-  for (int k = 0; k < kVecs; ++k) raw[k] = tile.chunk[SharedTile<T>::at(r, blk * kVecs + k)];
+  for (int k = 0; k < kVecs; ++k) raw[k] = tile.chunk[SharedTile<T>::block_chunk(r, blk, k)];
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = block_elem<T>(reinterpret_cast<const std::uint32_t*>(raw), i);
 }
@@ -367,8 +388,11 @@ struct DualShared {
 // even lane, its second by the odd one, after a shuffle), then the odd lane's. A lane storing
 // its own block would write half of every sector its instruction touches, two partial writes
 // per sector for the L2 to merge. A lane whose partner has no block (in = false there) stores
-// its own. Every lane of the warp must call it (the shuffles).
-__device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::uint16_t* const (&dst)[2], bool in) {
+// its own. Every lane of the warp must call it (the shuffles). The partner's destination is
+// dst[p] + step (even lane) or - step (odd lane): computed, not shuffled (a 64-bit address is two
+// shuffles, and one that came through a shuffle is no longer known to be global).
+__device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::uint16_t* const (&dst)[2],
+                                                  std::int64_t step, bool in) {
   const bool odd = (threadIdx.x & 1u) != 0;
   const bool partner_in = __shfl_xor_sync(0xffffffffu, in, 1);  // by every lane: not after a short-circuit
   const bool both = in && partner_in;
@@ -379,8 +403,7 @@ __device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::u
     recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1), recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
     recv.z = __shfl_xor_sync(0xffffffffu, send.z, 1), recv.w = __shfl_xor_sync(0xffffffffu, send.w, 1);
     auto* const mine = reinterpret_cast<uint4*>(dst[p]);
-    auto* const theirs = reinterpret_cast<uint4*>(
-        __shfl_xor_sync(0xffffffffu, reinterpret_cast<unsigned long long>(dst[p]), 1));
+    auto* const theirs = reinterpret_cast<uint4*>(dst[p] + (odd ? -step : step));
     if (both) {
       (odd ? theirs : mine)[odd] = odd ? recv : o[p][0];  // the even lane's block
       (odd ? mine : theirs)[odd] = odd ? o[p][1] : recv;  // the odd lane's block
@@ -417,12 +440,11 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   SharedTile<T>& tile = sh.tile[warp];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint4* src = row_in ? row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb)
-                              : reinterpret_cast<const uint4*>(x);  // not read: zeros are stored
+    // Where !row_in, x's first vectors (rows, cols >= 16) stand in as sources never read.
+    const uint4* src = row_in ? row_vecs(x, r0 + (lane >> 2) + 8 * h, cols, cb) : reinterpret_cast<const uint4*>(x);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
-      copy16_to_shared_async(&tile.chunk[SharedTile<T>::at((lane >> 2) + 8 * h, blk * kVecs + k)], src + (row_in ? k : 0),
-                             row_in);
+      copy16_to_shared_async(&tile.chunk[SharedTile<T>::block_chunk((lane >> 2) + 8 * h, blk, k)], src + k, row_in);
   }
   // The global scales, the encode tables and the seed, behind one barrier: thread t works for
   // direction t / 128 (0 rowwise, 1 columnwise), computes that direction's global scale from
@@ -585,17 +607,18 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
         unscaled_bf16_block(row_codes[h], e4m3_decode(sh.row_scales[tr][blk]), o[h]);
         dst[h] = out.row_bf16 + row_base[h];
       }
-      store_block_pairs(o, dst, row_in);
+      store_block_pairs(o, dst, 16, row_in);  // the partner's block: 16 columns along the row
     }
     if (out.col_bf16) {
       uint4 o[2][2];
       std::uint16_t* dst[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        unscaled_bf16_block(sh.col_codes[warp][2 * lane + j], e4m3_decode(sh.col_scales[warp][2 * lane + j]), o[j]);
+        const int col = 2 * lane + j;
+        unscaled_bf16_block(sh.col_codes[warp][col], e4m3_decode(sh.col_scales[warp][col]), o[j]);
         dst[j] = out.col_bf16 + wide(c + j, rows) + r0;
       }
-      store_block_pairs(o, dst, col_in);
+      store_block_pairs(o, dst, 2 * rows, col_in);  // the partner's columns: 2 along
     }
   }
 }
