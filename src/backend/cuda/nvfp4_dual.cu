@@ -369,7 +369,10 @@ __device__ __forceinline__ const uint4* row_vecs(const T* x, int r, std::int64_t
 // column instead of 8 (the scattered 8-byte stores bound the previous version by L2 traffic).
 // A kernel that writes the BF16 decodes also keeps the rowwise codes here until its decode
 // (each lane its own blocks'), so that it need not read back from global memory what it just
-// stored there: that load waits for an L2 round trip at the end of every warp.
+// stored there: that load waits for an L2 round trip at the end of every warp; and the decode's
+// byte tables of every scale code (a block's tables are one 16-byte load instead of an E4M3
+// decode and ~20 instructions; a block scale code is 0..0x7e, the satfinite E4M3 of a
+// non-negative amax times a positive finite encode scale).
 template <class T, bool Decode>
 struct DualShared {
   SharedTile<T> tile[kWarps];
@@ -377,6 +380,7 @@ struct DualShared {
   std::uint8_t col_scales[kWarps][kTileCols];
   std::uint8_t row_scales[kCtaRows][kTileCols / 16];
   uint2 row_codes[Decode ? kCtaRows : 1][kTileCols / 16];  // Decode only: [row][block]
+  uint4 decode_tables[Decode ? 128 : 1];  // Decode only: [E4M3 code] unscaled_bf16_tables_word of its value
   float encode_of[2][128];                          // [direction][E4M3 code]
   float2 g[2];  // [direction]: the global scale (encode, decode); plain floats, as shared memory has no initialisers
   std::uint64_t seed;
@@ -455,6 +459,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   {
     const unsigned t = threadIdx.x, dir = t >> 7, code = t & 127u;
     const GlobalScale g = nvfp4_global_scale(bits_float(keys[dir]));
+    // Independent of the key: computed while it loads.
+    if constexpr (Decode) {
+      if (dir == 0) sh.decode_tables[code] = unscaled_bf16_tables_word(e4m3_decode(static_cast<std::uint8_t>(code)));
+    }
     sh.encode_of[dir][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g.decode);
     if (code == 0) {
       sh.g[dir] = make_float2(g.encode, g.decode);
@@ -584,11 +592,16 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     }
   }
 
-  // Decode: the lane's own blocks (every value read here it wrote itself, so no barrier), each
-  // 32 bytes of BF16, stored by lane pairs (store_block_pairs). warp_in is warp-uniform, as the
-  // pairs' shuffles need. The rowwise codes leave for global memory here, from shared memory.
+  // Decode: the lane's own blocks (every code and scale read here the lane wrote itself, and the
+  // tables were filled before the setup's barrier, so no barrier), each 32 bytes of BF16, stored
+  // by lane pairs (store_block_pairs). warp_in is warp-uniform, as the pairs' shuffles need. The
+  // rowwise codes leave for global memory here, from shared memory.
   if constexpr (Decode) {
     if (!warp_in) return;
+    // A block's tables by its scale code. A lane without the block (in = false) computes a
+    // decode it does not store (the pairs' shuffles need every lane) from a scale byte nobody
+    // wrote: masked, so that it reads no byte past the table.
+    const auto decode_tables = [&](std::uint8_t s) { return sh.decode_tables[s & 127u]; };
     uint2 row_codes[2];
     std::int64_t row_base[2];  // element index of the lane's rowwise block h
 #pragma unroll
@@ -604,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-        unscaled_bf16_block(row_codes[h], e4m3_decode(sh.row_scales[tr][blk]), o[h]);
+        unscaled_bf16_block(row_codes[h], decode_tables(sh.row_scales[tr][blk]), o[h]);
         dst[h] = out.row_bf16 + row_base[h];
       }
       store_block_pairs(o, dst, 16, row_in);  // the partner's block: 16 columns along the row
@@ -615,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int col = 2 * lane + j;
-        unscaled_bf16_block(sh.col_codes[warp][col], e4m3_decode(sh.col_scales[warp][col]), o[j]);
+        unscaled_bf16_block(sh.col_codes[warp][col], decode_tables(sh.col_scales[warp][col]), o[j]);
         dst[j] = out.col_bf16 + wide(c + j, rows) + r0;
       }
       store_block_pairs(o, dst, 2 * rows, col_in);  // the partner's columns: 2 along
