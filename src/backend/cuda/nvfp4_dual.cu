@@ -356,6 +356,11 @@ __device__ __forceinline__ std::int64_t wide(int a, std::int64_t b) {
   return static_cast<std::int64_t>(a) * static_cast<int>(b);
 }
 
+// Element index e's code byte (two codes a byte) and scale byte (one per 1x16 block). Indices
+// are never negative: divided unsigned, a shift, where a signed division first fixes up the sign.
+__device__ __forceinline__ std::uint64_t code_byte(std::int64_t e) { return static_cast<std::uint64_t>(e) / 2; }
+__device__ __forceinline__ std::uint64_t scale_byte(std::int64_t e) { return static_cast<std::uint64_t>(e) / 16; }
+
 template <class T>
 __device__ __forceinline__ const uint4* row_vecs(const T* x, int r, std::int64_t cols, int c) {
   return reinterpret_cast<const uint4*>(x + wide(r, cols) + c);
@@ -488,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   unsigned general = 0;  // blocks left to the general path: bit h rowwise block h, bit 2 + j column j
   // Where rowwise block (row tr of the CTA tile, element index base) puts its codes.
   const auto row_codes_at = [&](int tr, std::int64_t base) {
-    return Decode ? reinterpret_cast<std::uint8_t*>(&sh.row_codes[tr][blk]) : out.row_codes + base / 2;
+    return Decode ? reinterpret_cast<std::uint8_t*>(&sh.row_codes[tr][blk]) : out.row_codes + code_byte(base);
   };
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {
@@ -554,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     const int col = t & (kTileCols - 1);
     if (c0 + col < cols) {
       if (t < kTileCols) {
-        uint2* dst = reinterpret_cast<uint2*>(out.col_codes + (wide(c0 + col, rows) + R0) / 2);
+        uint2* dst = reinterpret_cast<uint2*>(out.col_codes + code_byte(wide(c0 + col, rows) + R0));
         if (groups == kWarps && wide(c0 + col, rows) % 32 == 0) {
 #pragma unroll
           for (int q = 0; q < kWarps / 2; ++q) {
@@ -565,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
           for (int w = 0; w < groups; ++w) dst[w] = sh.col_codes[w][col];
         }
       } else {
-        std::uint8_t* dst = out.col_scales + (wide(c0 + col, rows) + R0) / 16;
+        std::uint8_t* dst = out.col_scales + scale_byte(wide(c0 + col, rows) + R0);
         if (groups == kWarps && wide(c0 + col, rows) % 128 == 0) {
           std::uint32_t lo = 0, hi = 0;
 #pragma unroll
@@ -582,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   } else {
     const int tr = t - 2 * kTileCols;
     if (tr < valid_rows) {
-      std::uint8_t* dst = out.row_scales + (wide(R0 + tr, cols) + c0) / 16;
+      std::uint8_t* dst = out.row_scales + scale_byte(wide(R0 + tr, cols) + c0);
       const int nb = min(4, (static_cast<int>(cols) - c0) / 16);
       if (nb == 4 && (cols % 64) == 0) {
         *reinterpret_cast<std::uint32_t*>(dst) = *reinterpret_cast<const std::uint32_t*>(sh.row_scales[tr]);
@@ -609,7 +614,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
       const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
       row_base[h] = wide(R0 + tr, cols) + cb;
       row_codes[h] = row_in ? sh.row_codes[tr][blk] : make_uint2(0, 0);
-      if (row_in) *reinterpret_cast<uint2*>(out.row_codes + row_base[h] / 2) = row_codes[h];
+      if (row_in) *reinterpret_cast<uint2*>(out.row_codes + code_byte(row_base[h])) = row_codes[h];
     }
     if (out.row_bf16) {
       uint4 o[2][2];
