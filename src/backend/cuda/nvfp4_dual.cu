@@ -330,7 +330,7 @@ static_assert(SharedTile<float>::block_chunk_is_at() && SharedTile<std::uint16_t
 // Rowwise block blk (16 columns) of tile row r, and column 2 lane + j, back from the shared tile.
 template <class T>
 __device__ __forceinline__ void tile_row_block(const SharedTile<T>& tile, int r, int blk, float (&v)[16]) {
-  constexpr int kVecs = static_cast<int>(sizeof(T));
+  constexpr int kVecs = SharedTile<T>::kVecs;
   uint4 raw[kVecs];
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) raw[k] = tile.chunk[SharedTile<T>::block_chunk(r, blk, k)];
@@ -428,7 +428,7 @@ template <class T, bool Rht, bool RowSr, bool ColSr, bool Decode>
 __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     dual_quantize_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, DualSpec spec, RhtArgs rs,
                          const std::uint32_t* keys, DualOutputs out) {
-  constexpr int kVecs = static_cast<int>(sizeof(T));  // 16-byte vectors per 1x16 block
+  constexpr int kVecs = SharedTile<T>::kVecs;
   __shared__ DualShared<T, Decode> sh;
   // Tile coordinates in 32 bits (rows and cols are at most kMaxExtent, check_shape): element
   // offsets are 64-bit products (wide), but what a thread keeps live across the kernel is
