@@ -117,6 +117,9 @@ struct LmCudaTrainer::Impl {
   cudaStream_t stream = nullptr;
   cudaStream_t side = nullptr;  // the NVFP4 linears' weight quantizations, beside X's (RecipeLinear)
   std::unique_ptr<OwnedLtContext> lt;
+  // Where the Wgrad GEMMs run (RecipeLinear::GemmLane): nothing in the backward pass reads a
+  // linear's dW but the embedding's gradient, when tied to the head's, after the join.
+  std::unique_ptr<OwnedGemmLane> wgrad;
   // Pinned staging.
   std::int32_t* host_tokens = nullptr;
   std::int32_t* host_order = nullptr;  // M positions then V + 1 starts
@@ -143,6 +146,7 @@ struct LmCudaTrainer::Impl {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     lt = std::make_unique<OwnedLtContext>();
+    wgrad = std::make_unique<OwnedGemmLane>();
     allocate_parameters();
     if (spec.pattern.find('M') != std::string::npos) mixer = std::make_unique<MambaMixerCuda>(spec, prec.bf16_mixers);
     allocate_step_buffers();
@@ -162,6 +166,7 @@ struct LmCudaTrainer::Impl {
     if (stream) cudaStreamSynchronize(stream);
     if (side) cudaStreamSynchronize(side);  // a step that threw between a fork and its join
     if (graph) cudaGraphExecDestroy(graph);
+    wgrad.reset();  // waits for the lane, which reads the linears' buffers
     linear.clear();
     lt.reset();
     cudaFreeHost(host_tokens);
@@ -503,7 +508,7 @@ struct LmCudaTrainer::Impl {
 
   // dy_amax_done: the kernel that made dY left its quantization's amaxes (RecipeLinear).
   void backward_linear(int l, std::uint64_t seed, LmCudaOperands* ops, bool dy_amax_done = false) {
-    linear[static_cast<std::size_t>(l)]->backward(seed, stream, lt->get(), dy_amax_done);
+    linear[static_cast<std::size_t>(l)]->backward(seed, stream, lt->get(), dy_amax_done, wgrad->lane());
     if (ops) download_linear(l, ops);
   }
 
@@ -573,6 +578,7 @@ struct LmCudaTrainer::Impl {
       }
       rmsnorm_backward(k.n->p, k.rinv->p, param(k.gain), grad(k.gain));
     }
+    wgrad->join(stream);  // every dW final, the head's (dE when tied) included
     // Embedding: dE (the head's dW when tied, else zero) += dH_0 rows, ascending positions.
     if (!spec.tied_embeddings)
       check(cudaMemsetAsync(grad(0), 0, static_cast<std::size_t>(len[0]) * sizeof(float), stream), "cudaMemsetAsync (dE)");

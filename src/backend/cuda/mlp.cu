@@ -67,6 +67,9 @@ struct MlpCudaTrainer::Impl {
   cudaStream_t side = nullptr;  // the NVFP4 layers' weight quantizations, beside X's (RecipeLinear)
   // This run's cuBLASLt workspace: runs step concurrently, each on its own stream.
   std::unique_ptr<OwnedLtContext> lt;
+  // Where the Wgrad GEMMs run: dW_l is read only by the update, so the backward chain (dY's
+  // quantization, Dgrad, the activation's gradient) goes on to the layers below meanwhile.
+  std::unique_ptr<OwnedGemmLane> wgrad;
   // Pinned staging: the batch going up, the step's statistics coming down.
   float* host_x = nullptr;
   float* host_t = nullptr;
@@ -95,6 +98,7 @@ struct MlpCudaTrainer::Impl {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     lt = std::make_unique<OwnedLtContext>();
+    wgrad = std::make_unique<OwnedGemmLane>();
     allocate_staging();
     allocate_step_buffers();
     layers.resize(static_cast<std::size_t>(L));
@@ -106,6 +110,7 @@ struct MlpCudaTrainer::Impl {
     if (stream) cudaStreamSynchronize(stream);
     if (side) cudaStreamSynchronize(side);  // a step that threw between a fork and its join
     if (graph) cudaGraphExecDestroy(graph);
+    wgrad.reset();  // waits for the lane, which reads the layers' buffers
     layers.clear();
     lt.reset();
     cudaFreeHost(host_x);
@@ -202,10 +207,11 @@ struct MlpCudaTrainer::Impl {
     return produce_tensor(ActForwardPair{y.z->p, next.h->p, y.out, gelu}, M, y.out, t.keys, t.spec, stream);
   }
 
-  // dW_l = dZ_l^T H_l, then (above layer 0) dH_l = dZ_l W_l and dZ_{l-1} = dH_l act'(Z_{l-1}).
-  // dy_amax_done and the result: as forward_layer's, for dZ_l and dZ_{l-1}.
+  // dW_l = dZ_l^T H_l (on the Wgrad lane), then (above layer 0) dH_l = dZ_l W_l and
+  // dZ_{l-1} = dH_l act'(Z_{l-1}). dy_amax_done and the result: as forward_layer's, for dZ_l
+  // and dZ_{l-1}.
   bool backward_layer(int l, std::uint64_t seed, bool dy_amax_done) {
-    layer(l).lin->backward(seed, stream, lt->get(), dy_amax_done);
+    layer(l).lin->backward(seed, stream, lt->get(), dy_amax_done, wgrad->lane());
     return l > 0 && activation_backward(l, seed);
   }
 
@@ -351,6 +357,7 @@ struct MlpCudaTrainer::Impl {
     for (int l = 0; l < L; ++l) amax_done = forward_layer(l, seed, amax_done);
     amax_done = loss_and_output_gradient(seed);
     for (int l = L - 1; l >= 0; --l) amax_done = backward_layer(l, seed, amax_done);
+    wgrad->join(stream);  // before the update reads dW
     if (ops) download_operands(ops);
     update();
     read_back_stats();

@@ -319,8 +319,9 @@ void RecipeLinear::forward(std::uint64_t seed, cudaStream_t stream, const LtCont
 }
 
 // The dY operands of Dgrad and Wgrad (NVFP4 dY with both GEMMs' alphas, or the BF16 cast),
-// then Wgrad and, where the layer has one, Dgrad.
-void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done) {
+// then Wgrad (on its lane where given) and, where the layer has one, Dgrad.
+void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done,
+                            const GemmLane* wgrad_lane) {
   Buffers& y = *b_;
   if (mode_ == Mode::Nvfp4) {
     // Dgrad's and Wgrad's alphas from the same pass: their other operands (W, X) are final.
@@ -333,8 +334,38 @@ void RecipeLinear::backward(std::uint64_t seed, cudaStream_t stream, const LtCon
   } else if (mode_ == Mode::Bf16) {
     cast(t_.dy, y.dyb->p, t_.M * t_.out, stream);
   }
-  run_gemm(wgrad_, wgrad_shape_, stream, lt);
+  if (wgrad_lane) {
+    check(cudaEventRecord(wgrad_lane->operands_ready, stream), "cudaEventRecord (Wgrad operands)");
+    check(cudaStreamWaitEvent(wgrad_lane->stream, wgrad_lane->operands_ready, 0),
+          "cudaStreamWaitEvent (Wgrad operands)");
+    run_gemm(wgrad_, wgrad_shape_, wgrad_lane->stream, *wgrad_lane->lt);
+  } else {
+    run_gemm(wgrad_, wgrad_shape_, stream, lt);
+  }
   if (t_.dx) run_gemm(dgrad_, dgrad_shape_, stream, lt);
+}
+
+OwnedGemmLane::OwnedGemmLane() {
+  check(cudaStreamCreateWithFlags(&lane_.stream, cudaStreamNonBlocking), "cudaStreamCreate (GEMM lane)");
+  if (cudaEventCreateWithFlags(&lane_.operands_ready, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) {
+    if (lane_.operands_ready) cudaEventDestroy(lane_.operands_ready);
+    cudaStreamDestroy(lane_.stream);
+    throw std::runtime_error("CUDA error in cudaEventCreate (GEMM lane)");
+  }
+  lane_.lt = &lt_.get();
+}
+
+OwnedGemmLane::~OwnedGemmLane() {
+  cudaStreamSynchronize(lane_.stream);  // a step that threw between a fork and its join
+  cudaEventDestroy(done_);
+  cudaEventDestroy(lane_.operands_ready);
+  cudaStreamDestroy(lane_.stream);
+}
+
+void OwnedGemmLane::join(cudaStream_t stream) {
+  check(cudaEventRecord(done_, lane_.stream), "cudaEventRecord (GEMM lane join)");
+  check(cudaStreamWaitEvent(stream, done_, 0), "cudaStreamWaitEvent (GEMM lane join)");
 }
 
 DeviceOperand RecipeLinear::operand_location(GemmRole role, int operand) const {

@@ -81,7 +81,17 @@ class RecipeLinear {
   // keys of its quantization (amax_target, dual_amax.cuh), so the quantizer skips its own
   // amax pass, a full read of the tensor.
   void forward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool x_amax_done = false);
-  void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done = false);
+  // wgrad_lane: where Wgrad runs (nullptr: on `stream`, before Dgrad). Off the main stream it
+  // leaves the chain that bounds the backward pass (dY's quantization, Dgrad, the producer of
+  // the next layer's dY) and runs beside the layers below: their memory-bound kernels beside a
+  // compute-bound GEMM. The caller joins the lane before anything reads dW (OwnedGemmLane).
+  struct GemmLane {
+    cudaStream_t stream = nullptr;
+    const LtContext* lt = nullptr;  // a workspace of the lane's own, the size of the plans'
+    cudaEvent_t operands_ready = nullptr;
+  };
+  void backward(std::uint64_t seed, cudaStream_t stream, const LtContext& lt, bool dy_amax_done = false,
+                const GemmLane* wgrad_lane = nullptr);
 
   // Where the producer of this step's X (Activation) or dY (Gradient) leaves the amax keys of
   // its NVFP4 quantization, and the spec they are computed under (its RHT); keys = nullptr
@@ -138,6 +148,24 @@ class RecipeLinear {
   void quantize_weight(std::uint64_t seed, cudaStream_t stream);
   void weight_amax_pass(std::uint64_t seed, cudaStream_t stream);
   void run_gemm(const std::unique_ptr<LtPlan>& plan, const LtGemm& shape, cudaStream_t stream, const LtContext& lt);
+};
+
+// A trainer's RecipeLinear::GemmLane: a stream, a cuBLASLt workspace of its own (GEMMs running
+// at once must not share one) and the events that fork it from the main stream and join it.
+class OwnedGemmLane {
+ public:
+  OwnedGemmLane();
+  ~OwnedGemmLane();  // waits for the lane's work first
+  OwnedGemmLane(const OwnedGemmLane&) = delete;
+  OwnedGemmLane& operator=(const OwnedGemmLane&) = delete;
+  const RecipeLinear::GemmLane* lane() const { return &lane_; }
+  // `stream` waits for everything given to the lane so far (recorded now: a graph captures it).
+  void join(cudaStream_t stream);
+
+ private:
+  OwnedLtContext lt_;
+  cudaEvent_t done_ = nullptr;
+  RecipeLinear::GemmLane lane_;
 };
 
 }  // namespace fp4d::cuda
