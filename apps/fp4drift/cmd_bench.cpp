@@ -401,7 +401,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--config", a->mlp_config, "mlp-cuda: the quick model's config; lm-ref: an lm config (default data/configs/lm-quick.toml)")->capture_default_str();
   app.add_option("--precision", a->precision,
                  "lm-ref: the reference's precision, double | binary128 | mp256 (default: the config's [reference] precision)");
-  app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 100, >= 10); lm-cuda: timed steps per recipe (default 20)")
+  app.add_option("--steps", a->mlp_steps, "mlp-cuda: timed steps of the quick model (the wide one: steps / 20, >= 100); lm-cuda: timed steps per recipe (default 20)")
       ->capture_default_str();
   app.add_option("--sizes", a->sizes, "gemm-ref: M = N = K sizes (list)")->delimiter(',');
   app.add_option("--rows", a->cuda_rows, "quantize-cuda, quantize-dual-cuda: rows")->capture_default_str();

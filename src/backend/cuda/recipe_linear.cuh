@@ -7,8 +7,8 @@
 // W (out x in) and output gradient dY (M x out), all float32 on the device:
 //   forward()   quantizes X and W as the recipe's Fprop operands (and X's Wgrad side), then
 //               Y = X W^T;
-//   backward()  quantizes dY (its Dgrad and Wgrad sides), then dW = dY^T X and, when the
-//               layer has a Dgrad output, dX = dY W.
+//   backward()  quantizes dY (its Dgrad and Wgrad sides), then dW = dY^T X (on a GEMM lane of
+//               the caller's, where given) and, when the layer has a Dgrad output, dX = dY W.
 // How each mode runs (NVFP4: nvfp4-spec.md 6):
 //   fp32   cuBLASLt FP32 GEMM (CUBLAS_COMPUTE_32F: FP32 FMA, no TF32); or, in model order,
 //          sequential_gemm.cuh's ascending-k FP32 sums, the CPU's float32 GEMM bit for bit.
