@@ -84,7 +84,7 @@ FP4D_HD std::uint8_t e2m1_rne_not_nan(float y) {
 FP4D_HD float e2m1_rne_magnitude_fma(float y) {
 #if defined(__CUDA_ARCH__)
   const float a = fabsf(y);  // an operand modifier of the FFMAs, not an instruction
-  const float twice = __fmaf_rn(a, 2.0f, 0x1p23f), once = __fmaf_rn(a, 1.0f, 0x1p23f + 2.0f),
+  const float twice = __fmaf_rn(a, 2.0f, 0x1p23f), once = __fadd_rn(a, 0x1p23f + 2.0f),
               half = __fmaf_rn(a, 0.5f, 0x1p23f + 4.0f);
   // fminf: one FMNMX each, where the host's selects compile to a compare and a select; the
   // same value for every non-NaN y (no operand is then a NaN).

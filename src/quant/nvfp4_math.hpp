@@ -40,9 +40,12 @@ FP4D_HD std::uint8_t nvfp4_block_scale_code(float block_amax, float s_enc, bool 
 
 // Step 4: e_b = min(1 / (float(S_b) * s_dec), FLT_MAX). A zero scale gives FLT_MAX (as TE's
 // kernels do); the block then dequantizes to zero whatever its codes.
-FP4D_HD float nvfp4_block_encode_scale(std::uint8_t scale_code, float s_dec) {
-  const float e = 1.0f / (e4m3_decode(scale_code) * s_dec);
+FP4D_HD float nvfp4_block_encode_scale_of_value(float scale_value, float s_dec) {
+  const float e = 1.0f / (scale_value * s_dec);
   return e > kFltMax ? kFltMax : e;
+}
+FP4D_HD float nvfp4_block_encode_scale(std::uint8_t scale_code, float s_dec) {
+  return nvfp4_block_encode_scale_of_value(e4m3_decode(scale_code), s_dec);
 }
 
 // Step 5's clamp to [-6, 6]; NaN passes through (and becomes E2M1 code 0x7, as CUDA's

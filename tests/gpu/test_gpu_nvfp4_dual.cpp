@@ -31,6 +31,10 @@ std::uint64_t dual_sr_fast_exhaustive_check(int sr_bits, std::uint32_t* first_ba
 std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches);
 // ... and of the table decode of the BF16 operands against nvfp4_unscaled_bf16.
 std::uint64_t dual_unscaled_decode_exhaustive_check(std::uint32_t* first_bad);
+// ... and of the hardware E4M3 decode of the block scales against e4m3_decode (all 256 codes).
+std::uint64_t dual_e4m3_hw_decode_check(std::uint32_t* first_bad);
+// ... and of the packed BF16 block amax against block_amax_nan of the elements as floats.
+std::uint64_t dual_bf16_amax_exhaustive_check(std::uint32_t* first_bad);
 }  // namespace fp4d::cuda
 
 namespace {
@@ -197,6 +201,25 @@ TEST_CASE("The table decode of the BF16 operands equals nvfp4_unscaled_bf16 elem
   std::uint32_t first_bad = 0;
   const std::uint64_t bad = cuda::dual_unscaled_decode_exhaustive_check(&first_bad);
   INFO("first mismatching code word 0x" << std::hex << first_bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("The hardware E4M3 decode of the block scales equals e4m3_decode on every code") {
+  // The per-CTA encode and decode tables are filled from it; FP16 holds every E4M3 value, so
+  // nothing may differ but the two NaN codes' payloads.
+  std::uint32_t first_bad = 0;
+  const std::uint64_t bad = cuda::dual_e4m3_hw_decode_check(&first_bad);
+  INFO("first mismatching code 0x" << std::hex << first_bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("The BF16 rowwise block amax on packed pairs equals the float block amax") {
+  // max.NaN.xorsign.abs.bf16x2 then one float max: every ordered pair of BF16 values (signed
+  // zeros, subnormals, infinities and NaNs included) in the low halves, with sign flips deeper
+  // in the tree; the keys and block scales come from it, so the bits must match (NaN: both).
+  std::uint32_t first_bad = 0;
+  const std::uint64_t bad = cuda::dual_bf16_amax_exhaustive_check(&first_bad);
+  INFO("first mismatching word 0x" << std::hex << first_bad);
   CHECK(bad == 0);
 }
 

@@ -283,16 +283,57 @@ __device__ __forceinline__ bool quantize_block_fast(const float* v, float amax, 
   return true;
 }
 
+// e4m3_decode by the hardware conversion (E4M3 -> FP16, exact: FP16 holds every E4M3 value;
+// then to float): two instructions where the bit arithmetic takes about a dozen. NaN for the
+// NaN codes 0x7f and 0xff, where e4m3_decode gives its own NaN (e4m3_hw_decode_check_kernel).
+__device__ __forceinline__ float e4m3_decode_hw(unsigned code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
+}
+
+// The block amax of BF16 elements held as raw words (two per word), as block_amax_nan gives it
+// from their float values: max.NaN.xorsign.abs over the packed pairs (per half the larger
+// magnitude, exact, NaN if any element is one; the sign is the XOR of the operands' and is
+// dropped at the end), then the float max of the two halves' absolute values (+0 for zeros):
+// 8 instructions for the block where the float maxima take 16 (bf16_amax_check_kernel).
+// max |x| of the two halves of N words, up to the sign, NaN if any element is one: a pairwise tree.
+__device__ __forceinline__ std::uint32_t bf16x2_absmax_xs_nan(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+template <int N>
+__device__ __forceinline__ std::uint32_t bf16x2_absmax_nan(const std::uint32_t* w) {
+  std::uint32_t mx[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) mx[i] = w[i];
+#pragma unroll
+  for (int s = 1; s < N; s *= 2)
+#pragma unroll
+    for (int i = 0; i + s < N; i += 2 * s) mx[i] = bf16x2_absmax_xs_nan(mx[i], mx[i + s]);
+  return mx[0];
+}
+__device__ __forceinline__ float bf16_block_amax_nan(const std::uint32_t (&w)[8]) {
+  const std::uint32_t m = bf16x2_absmax_nan<8>(w);
+  return max_abs_nan(fabsf(bits_float(m << 16)), bits_float(m & 0xffff0000u));
+}
+
 // One block of one direction on the fast path; false (nothing stored) where it does not apply:
 // a NaN among the values to round, RZ, or an undecided SR element. The lane owns the block, so
 // the choice is the lane's own.
+// amax: the block's amax (block_amax_nan(v), or bf16_block_amax_nan of its raw words).
+template <bool Sr>
+__device__ __forceinline__ bool quantize_fast_amax(const float (&v)[16], float amax, GlobalScale g,
+                                                   const float* encode_of, bool legacy, const RoundingSpec& r,
+                                                   std::uint64_t index0, std::uint8_t* codes8, std::uint8_t* scale,
+                                                   bool in) {
+  if (amax != amax || !(Sr || r.mode == Rounding::NearestEven)) return false;
+  return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
+}
 template <bool Sr>
 __device__ __forceinline__ bool quantize_fast(const float (&v)[16], GlobalScale g, const float* encode_of, bool legacy,
                                               const RoundingSpec& r, std::uint64_t index0, std::uint8_t* codes8,
                                               std::uint8_t* scale, bool in) {
-  const float amax = block_amax_nan(v);
-  if (amax != amax || !(Sr || r.mode == Rounding::NearestEven)) return false;
-  return quantize_block_fast<Sr>(v, amax, g, encode_of, legacy, r, index0, codes8, scale, in);
+  return quantize_fast_amax<Sr>(v, block_amax_nan(v), g, encode_of, legacy, r, index0, codes8, scale, in);
 }
 
 // The warp's shared tile: 16 rows of 64 elements as 16-byte chunks (BF16: 8 per row, float: 16).
@@ -337,6 +378,16 @@ __device__ __forceinline__ void tile_row_block(const SharedTile<T>& tile, int r,
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] = block_elem<T>(reinterpret_cast<const std::uint32_t*>(raw), i);
 }
+// tile_row_block's raw words (BF16 only: 8 words, two elements each).
+template <class T>
+__device__ __forceinline__ void tile_row_words(const SharedTile<T>& tile, int r, int blk, std::uint32_t (&w)[8]) {
+  static_assert(sizeof(T) == 2, "BF16 tiles only");
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint4 q = tile.chunk[SharedTile<T>::block_chunk(r, blk, k)];
+    w[4 * k] = q.x, w[4 * k + 1] = q.y, w[4 * k + 2] = q.z, w[4 * k + 3] = q.w;
+  }
+}
 template <class T>
 __device__ __forceinline__ void tile_column(const SharedTile<T>& tile, int lane, int j, float (&v)[16]) {
 #pragma unroll
@@ -352,8 +403,10 @@ __device__ __forceinline__ void tile_column(const SharedTile<T>& tile, int lane,
 
 // The 16-byte vectors of row r from column c (a multiple of 16 elements) on.
 // a * b for extents of at most kMaxExtent (check_shape), as one 32 x 32 -> 64-bit multiply.
+// Both are non-negative, so the product is taken unsigned: one IMAD.WIDE.U32, where a signed
+// 32 x 32 -> 64-bit product adds sign corrections.
 __device__ __forceinline__ std::int64_t wide(int a, std::int64_t b) {
-  return static_cast<std::int64_t>(a) * static_cast<int>(b);
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<unsigned>(a)) * static_cast<unsigned>(b));
 }
 
 // Element index e's code byte (two codes a byte) and scale byte (one per 1x16 block). Indices
@@ -391,33 +444,48 @@ struct DualShared {
   std::uint64_t seed;
 };
 
-// Each lane's two 32-byte BF16 decodes of whole blocks (o[p], to dst[p], 16-byte aligned),
-// stored by the lane pair (lane, lane ^ 1) so that every store instruction writes whole 32-byte
-// sectors: for each p, the even lane's block leaves in one instruction (its first half by the
-// even lane, its second by the odd one, after a shuffle), then the odd lane's. A lane storing
-// its own block would write half of every sector its instruction touches, two partial writes
-// per sector for the L2 to merge. A lane whose partner has no block (in = false there) stores
-// its own. Every lane of the warp must call it (the shuffles). The partner's destination is
-// dst[p] + step (even lane) or - step (odd lane): computed, not shuffled (a 64-bit address is two
-// shuffles, and one that came through a shuffle is no longer known to be global).
-__device__ __forceinline__ void store_block_pairs(const uint4 (&o)[2][2], std::uint16_t* const (&dst)[2],
-                                                  std::int64_t step, bool in) {
+// Elements 8k .. 8k + 7 of a block's BF16 decode from code word w (codes.x: k = 0, codes.y: 1)
+// and the tables of its scale (unscaled_bf16_block's halves).
+__device__ __forceinline__ uint4 unscaled_bf16_half(std::uint32_t w, uint4 tables) {
+  const UnscaledBf16Tables t{{tables.x, tables.y}, {tables.z, tables.w}};
+  const Bf16x4 a = nvfp4_unscaled_bf16x4(t, w), b = nvfp4_unscaled_bf16x4(t, w >> 16);
+  return make_uint4(a.lo, a.hi, b.lo, b.hi);
+}
+
+// Each lane's two 32-byte BF16 decodes of whole blocks p (to dst[p], 16-byte aligned), stored by
+// the lane pair (lane, lane ^ 1) so that every store instruction writes whole 32-byte sectors
+// (a lane storing its own block would write half of every sector it touches); a lane whose
+// partner has no block (in = false there) stores its own. The partner's destination is dst[p]
+// + step (even lane) or - step (odd lane), computed, not shuffled. Every lane of the warp must
+// call it (the shuffles). Decoded by halves: in a lane pair the even lane decodes the first
+// halves of both lanes' blocks p, the odd lane the second halves (the partner's code word and
+// scale code by two shuffles, its tables from the CTA's table), so that each store instruction
+// writes one lane's whole block with data each lane computed itself: no decoded word crosses a
+// shuffle and none is selected. scale[p] may be a byte nobody wrote where the lane has no block
+// (masked: no read past the table; such a half is never stored).
+__device__ __forceinline__ void decode_store_block_pairs(const uint2 (&codes)[2], const std::uint8_t (&scale)[2],
+                                                         const uint4* tables, std::uint16_t* const (&dst)[2],
+                                                         std::int64_t step, bool in) {
   const bool odd = (threadIdx.x & 1u) != 0;
   const bool partner_in = __shfl_xor_sync(0xffffffffu, in, 1);  // by every lane: not after a short-circuit
   const bool both = in && partner_in;
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    const uint4 send = odd ? o[p][0] : o[p][1];  // the half the partner stores
-    uint4 recv;
-    recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1), recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
-    recv.z = __shfl_xor_sync(0xffffffffu, send.z, 1), recv.w = __shfl_xor_sync(0xffffffffu, send.w, 1);
-    auto* const mine = reinterpret_cast<uint4*>(dst[p]);
-    auto* const theirs = reinterpret_cast<uint4*>(dst[p] + (odd ? -step : step));
+    // The half of this lane's block that the partner decodes: the even lane's .y, the odd lane's .x.
+    const std::uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? codes[p].x : codes[p].y, 1);
+    const std::uint32_t partner_scale = __shfl_xor_sync(0xffffffffu, static_cast<std::uint32_t>(scale[p]), 1);
     if (both) {
-      (odd ? theirs : mine)[odd] = odd ? recv : o[p][0];  // the even lane's block
-      (odd ? mine : theirs)[odd] = odd ? o[p][1] : recv;  // the odd lane's block
+      // a: this lane's half of the even lane's block, b: of the odd lane's block.
+      const std::uint32_t code_a = odd ? recv : codes[p].x, code_b = odd ? codes[p].y : recv;
+      const std::uint32_t own = scale[p];
+      const std::uint32_t scale_a = odd ? partner_scale : own, scale_b = odd ? own : partner_scale;
+      std::uint16_t* const even_block = dst[p] - (odd ? step : 0);
+      reinterpret_cast<uint4*>(even_block)[odd] = unscaled_bf16_half(code_a, tables[scale_a & 127u]);
+      reinterpret_cast<uint4*>(even_block + step)[odd] = unscaled_bf16_half(code_b, tables[scale_b & 127u]);
     } else if (in) {
-      mine[0] = o[p][0], mine[1] = o[p][1];
+      const uint4 t = tables[scale[p] & 127u];
+      uint4* const mine = reinterpret_cast<uint4*>(dst[p]);
+      mine[0] = unscaled_bf16_half(codes[p].x, t), mine[1] = unscaled_bf16_half(codes[p].y, t);
     }
   }
 }
@@ -442,10 +510,13 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // began with the keys' latency, the divisions and a barrier before its first byte was asked for).
   const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
   const int r0 = R0 + kTileRows * warp;
-  const bool warp_in = r0 < rows;
+  // 32-bit compares (rows, cols <= kMaxExtent; the indices are non-negative): a predicate the
+  // compiler rematerialises is then one ISETP, not a sign extension and a 64-bit compare.
+  const unsigned rows32 = static_cast<unsigned>(rows), cols32 = static_cast<unsigned>(cols);
+  const bool warp_in = static_cast<unsigned>(r0) < rows32;
   const int blk = lane & 3;
   const int cb = c0 + 16 * blk;
-  const bool row_in = warp_in && cb < cols;
+  const bool row_in = warp_in && static_cast<unsigned>(cb) < cols32;
   SharedTile<T>& tile = sh.tile[warp];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -465,10 +536,11 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     const unsigned t = threadIdx.x, dir = t >> 7, code = t & 127u;
     const GlobalScale g = nvfp4_global_scale(bits_float(keys[dir]));
     // Independent of the key: computed while it loads.
+    const float scale_value = e4m3_decode_hw(code);  // code 127 (NaN) is never a block scale
     if constexpr (Decode) {
-      if (dir == 0) sh.decode_tables[code] = unscaled_bf16_tables_word(e4m3_decode(static_cast<std::uint8_t>(code)));
+      if (dir == 0) sh.decode_tables[code] = unscaled_bf16_tables_word(scale_value);
     }
-    sh.encode_of[dir][code] = nvfp4_block_encode_scale(static_cast<std::uint8_t>(code), g.decode);
+    sh.encode_of[dir][code] = nvfp4_block_encode_scale_of_value(scale_value, g.decode);
     if (code == 0) {
       sh.g[dir] = make_float2(g.encode, g.decode);
       if (blockIdx.x == 0) {
@@ -490,26 +562,45 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   // Rows: this lane's two rowwise blocks, whole.
   // Not unrolled (here and for the columns): one copy of the block code per direction keeps
   // the kernel's instructions in cache; the block comes back from the shared tile.
-  unsigned general = 0;  // blocks left to the general path: bit h rowwise block h, bit 2 + j column j
+  // Blocks left to the general path, shifted in as they fail (one shift-add per block, where a
+  // variable bit each was a shift and a select): bit 3 - h rowwise block h, bit 1 - j column j.
+  unsigned general = 0;
   // Where rowwise block (row tr of the CTA tile, element index base) puts its codes.
   const auto row_codes_at = [&](int tr, std::int64_t base) {
     return Decode ? reinterpret_cast<std::uint8_t*>(&sh.row_codes[tr][blk]) : out.row_codes + code_byte(base);
   };
+  // The fast path's code bytes: row R0 + tr holds cols / 2 of them (cols and cb are even), so
+  // the address is one wide product-add, without the element index and its 64-bit halving.
+  std::uint8_t* const row_codes_cb = out.row_codes + (static_cast<unsigned>(cb) >> 1);
+  const auto row_codes_fast = [&](int tr) {
+    return Decode ? reinterpret_cast<std::uint8_t*>(&sh.row_codes[tr][blk])
+                  : row_codes_cb + wide(R0 + tr, static_cast<std::int64_t>(static_cast<unsigned>(cols) >> 1));
+  };
 #pragma unroll 1
   for (int h = 0; h < 2; ++h) {
     float v[16];
-    tile_row_block(tile, (lane >> 2) + 8 * h, blk, v);
     const int tr = kTileRows * warp + (lane >> 2) + 8 * h;  // row in the CTA tile
     const std::int64_t base = wide(R0 + tr, cols) + cb;
-    if (!quantize_fast<RowSr>(v, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
-                              row_codes_at(tr, base), &sh.row_scales[tr][blk], row_in) &&
-        row_in)
-      general |= 1u << h;
+    bool ok;
+    if constexpr (sizeof(T) == 2) {
+      std::uint32_t w[8];
+      tile_row_words(tile, (lane >> 2) + 8 * h, blk, w);
+      const float amax = bf16_block_amax_nan(w);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = block_elem<T>(w, i);
+      ok = quantize_fast_amax<RowSr>(v, amax, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
+                                     row_codes_fast(tr), &sh.row_scales[tr][blk], row_in);
+    } else {
+      tile_row_block(tile, (lane >> 2) + 8 * h, blk, v);
+      ok = quantize_fast<RowSr>(v, gr, sh.encode_of[0], spec.legacy, rr, static_cast<std::uint64_t>(base),
+                                row_codes_fast(tr), &sh.row_scales[tr][blk], row_in);
+    }
+    general = 2u * general + static_cast<unsigned>(!ok && row_in);
   }
 
   // Columns: c0 + 2 lane and the next, the warp's 16 rows each, from the shared tile.
   const int c = c0 + 2 * lane;
-  const bool col_in = warp_in && c < cols;
+  const bool col_in = warp_in && static_cast<unsigned>(c) < cols32;
 #pragma unroll 1
   for (int j = 0; j < 2; ++j) {
     float v[16];
@@ -520,7 +611,9 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
                               reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][2 * lane + j]),
                               &sh.col_scales[warp][2 * lane + j], col_in) &&
         col_in)
-      general |= 4u << j;
+      general = 2u * general + 1u;
+    else
+      general = 2u * general;
   }
 
   // The general path, rarely taken, where little else is live (so that it costs the fast path
@@ -528,7 +621,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   if (general) {
 #pragma unroll 1
     for (int b = 0; b < 4; ++b) {
-      if (!((general >> b) & 1u)) continue;
+      if (!((general >> (3 - b)) & 1u)) continue;
       float v[16];
       const bool row = b < 2;
       if (row) {
@@ -557,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
   const int groups = valid_rows / kTileRows;  // warps with rows
   if (t < 2 * kTileCols) {
     const int col = t & (kTileCols - 1);
-    if (c0 + col < cols) {
+    if (static_cast<unsigned>(c0 + col) < cols32) {
       if (t < kTileCols) {
         uint2* dst = reinterpret_cast<uint2*>(out.col_codes + code_byte(wide(c0 + col, rows) + R0));
         if (groups == kWarps && wide(c0 + col, rows) % 32 == 0) {
@@ -606,7 +699,6 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     // A block's tables by its scale code. A lane without the block (in = false) computes a
     // decode it does not store (the pairs' shuffles need every lane) from a scale byte nobody
     // wrote: masked, so that it reads no byte past the table.
-    const auto decode_tables = [&](std::uint8_t s) { return sh.decode_tables[s & 127u]; };
     uint2 row_codes[2];
     std::int64_t row_base[2];  // element index of the lane's rowwise block h
 #pragma unroll
@@ -617,26 +709,29 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
       if (row_in) *reinterpret_cast<uint2*>(out.row_codes + code_byte(row_base[h])) = row_codes[h];
     }
     if (out.row_bf16) {
-      uint4 o[2][2];
+      std::uint8_t scale[2];
       std::uint16_t* dst[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tr = kTileRows * warp + (lane >> 2) + 8 * h;
-        unscaled_bf16_block(row_codes[h], decode_tables(sh.row_scales[tr][blk]), o[h]);
+        scale[h] = sh.row_scales[tr][blk];
         dst[h] = out.row_bf16 + row_base[h];
       }
-      store_block_pairs(o, dst, 16, row_in);  // the partner's block: 16 columns along the row
+      // The partner's block: 16 columns along the row.
+      decode_store_block_pairs(row_codes, scale, sh.decode_tables, dst, 16, row_in);
     }
     if (out.col_bf16) {
-      uint4 o[2][2];
+      uint2 codes[2];
+      std::uint8_t scale[2];
       std::uint16_t* dst[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int col = 2 * lane + j;
-        unscaled_bf16_block(sh.col_codes[warp][col], decode_tables(sh.col_scales[warp][col]), o[j]);
+        codes[j] = sh.col_codes[warp][col];
+        scale[j] = sh.col_scales[warp][col];
         dst[j] = out.col_bf16 + wide(c + j, rows) + r0;
       }
-      store_block_pairs(o, dst, 2 * rows, col_in);  // the partner's columns: 2 along
+      decode_store_block_pairs(codes, scale, sh.decode_tables, dst, 2 * rows, col_in);  // the partner's columns: 2 on
     }
   }
 }
@@ -867,6 +962,40 @@ __global__ void unscaled_decode_check_kernel(unsigned long long* bad, std::uint3
   if (n_bad) atomicAdd(bad, n_bad);
 }
 
+// e4m3_decode_hw against e4m3_decode on all 256 codes: bits equal, or both NaN.
+__global__ void e4m3_hw_decode_check_kernel(unsigned long long* bad, std::uint32_t* first_bad) {
+  const unsigned code = threadIdx.x;
+  const float got = e4m3_decode_hw(code), want = e4m3_decode(static_cast<std::uint8_t>(code));
+  const bool same = float_bits(got) == float_bits(want) || (is_nan_f32(got) && is_nan_f32(want));
+  if (!same) {
+    atomicAdd(bad, 1ull);
+    atomicMin(first_bad, code);
+  }
+}
+
+// bf16_block_amax_nan against block_amax_nan of the same 16 elements, for every 32-bit b: the
+// block's words b and b rotated by 16 (so the low halves meet every ordered pair of BF16
+// values), b with both signs flipped three levels down the tree, zeros elsewhere. Equal bits,
+// or both NaN.
+__global__ void bf16_amax_check_kernel(unsigned long long* bad, std::uint32_t* first_bad) {
+  unsigned long long n_bad = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const std::uint64_t first = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (std::uint64_t b = first; b < (1ull << 32); b += stride) {
+    const auto x = static_cast<std::uint32_t>(b);
+    const std::uint32_t w[8] = {x, (x << 16) | (x >> 16), 0u, 0u, 0u, x ^ 0x80008000u, 0u, 0u};
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = block_elem<std::uint16_t>(w, i);
+    const float got = bf16_block_amax_nan(w), want = block_amax_nan(v);
+    if (!(float_bits(got) == float_bits(want) || (is_nan_f32(got) && is_nan_f32(want)))) {
+      ++n_bad;
+      atomicMin(first_bad, x);
+    }
+  }
+  if (n_bad) atomicAdd(bad, n_bad);
+}
+
 }  // namespace
 
 void nvfp4_quantize_dual_check_shape(std::int64_t rows, std::int64_t cols) { check_shape(rows, cols); }
@@ -897,6 +1026,24 @@ std::uint64_t run_exhaustive_check(Launch launch, const char* what, std::uint32_
 std::uint64_t dual_e4m3_hw_exhaustive_check(std::uint32_t* first_bad, std::uint64_t* nan_mismatches) {
   return run_exhaustive_check([](unsigned long long* c, std::uint32_t* f) { e4m3_hw_check_kernel<<<4096, 256>>>(c, f); },
                               "e4m3_hw_check_kernel", first_bad, nan_mismatches);
+}
+
+// Test hook: E4M3 codes on which e4m3_decode_hw disagrees with e4m3_decode; *first_bad the
+// smallest.
+std::uint64_t dual_e4m3_hw_decode_check(std::uint32_t* first_bad) {
+  std::uint64_t unused = 0;
+  return run_exhaustive_check(
+      [](unsigned long long* c, std::uint32_t* f) { e4m3_hw_decode_check_kernel<<<1, 256>>>(c, f); },
+      "e4m3_hw_decode_check_kernel", first_bad, &unused);
+}
+
+// Test hook: words b (of all 2^32; bf16_amax_check_kernel) on which bf16_block_amax_nan
+// disagrees with block_amax_nan; *first_bad the smallest.
+std::uint64_t dual_bf16_amax_exhaustive_check(std::uint32_t* first_bad) {
+  std::uint64_t unused = 0;
+  return run_exhaustive_check(
+      [](unsigned long long* c, std::uint32_t* f) { bf16_amax_check_kernel<<<4096, 256>>>(c, f); },
+      "bf16_amax_check_kernel", first_bad, &unused);
 }
 
 // Test hook: code words b (of all 2^32; unscaled_decode_check_kernel) on which the device's
