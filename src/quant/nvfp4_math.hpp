@@ -56,13 +56,18 @@ FP4D_HD float clamp_e2m1_range(float v, bool* clipped) {
   return v > kE2M1Max ? kE2M1Max : (v < -kE2M1Max ? -kE2M1Max : v);
 }
 
+// The bits of |x|, NaNs kept: above 0x7f800000 iff x is a NaN, so a max of them is the max of
+// the amax keys below wherever it is not above 0x7f800000 (no element a NaN). The fast paths of
+// the block amaxes take it first and fall back to amax_key only for a block with a NaN.
+FP4D_HD std::uint32_t abs_bits(float x) { return float_bits(x) & 0x7fffffffu; }
+
 // |x| as an integer key whose unsigned order is the order of |x|, with NaN mapped to 0 (so
 // ignored, as fmaxf does): integer max reductions vectorise where float ones with IEEE
 // semantics do not, and on the device an unsigned max is exact in any order (warp, block and
 // atomicMax reductions). bits_float(key) is the magnitude; every amax pass, CPU and GPU, keys
 // its elements by this function.
 FP4D_HD std::uint32_t amax_key(float x) {
-  const std::uint32_t a = float_bits(x) & 0x7fffffffu;
+  const std::uint32_t a = abs_bits(x);
   return a & (0u - static_cast<std::uint32_t>(a <= 0x7f800000u));  // a mask, not a select: vectorises
 }
 

@@ -53,11 +53,7 @@ __global__ void __launch_bounds__(kThreads) tile_amax_kernel(const float* __rest
   const bool in = i < g.rows * g.cols;
   const std::int64_t r = in ? i / g.cols : 0, c = in ? i % g.cols : 0;
   const unsigned long long tile = in ? static_cast<unsigned long long>(tile_of(g, r, c)) : ~0ull;
-  std::uint32_t key = 0;
-  if (in) {
-    const std::uint32_t a = float_bits(x[i]) & 0x7fffffffu;
-    key = a <= 0x7f800000u ? a : 0u;  // NaN ignored, as tile_amax's "t > a"
-  }
+  const std::uint32_t key = in ? amax_key(x[i]) : 0u;  // NaN ignored, as tile_amax's "t > a"
   const unsigned same = __match_any_sync(0xffffffffu, tile);
   const std::uint32_t m = __reduce_max_sync(same, key);
   if (in && (threadIdx.x & 31u) == static_cast<unsigned>(__ffs(same) - 1) && m != 0) atomicMax(keys + tile, m);

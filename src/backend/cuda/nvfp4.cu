@@ -95,8 +95,7 @@ struct Vec16<float> {
   }
   // The max of the |x| bit patterns, NaNs included (above 0x7f800000 iff some x is a NaN).
   static __device__ __forceinline__ std::uint32_t raw_key(const float4& v) {
-    return max(max(float_bits(v.x) & 0x7fffffffu, float_bits(v.y) & 0x7fffffffu),
-               max(float_bits(v.z) & 0x7fffffffu, float_bits(v.w) & 0x7fffffffu));
+    return max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
   }
   static __device__ __forceinline__ std::uint32_t block_key(const float4& v) {
     const std::uint32_t m = raw_key(v);
@@ -398,10 +397,9 @@ __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
       for (int j = 0; j < kCols; ++j) v[i][j] = 0.0f;  // +0 leaves the amax as it is
     }
   }
-  // The block amax as the max of the elements' amax keys (an unsigned max: the magnitudes'
-  // order, exact in any order), the max_ignore_nan fold from +0 bit for bit. First the raw
-  // |x| bits, NaNs included (above 0x7f800000 iff the block holds a NaN); only a warp with a
-  // NaN in some block takes its keys again with NaN -> 0.
+  // The block amax as Vec16's block_key, folded over the lane's rows and the block's lanes (an
+  // unsigned max: exact in any order): the raw abs_bits first, and only a warp with a NaN in
+  // some block takes the keys again with amax_key.
   const auto block_max = [](std::uint32_t m) {
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
     m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
@@ -413,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, R == Rounding::Stochastic ? 3 : 4)
 #pragma unroll
   for (int i = 0; i < kRowsPerLane; ++i)
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) m = max(m, float_bits(v[i][j]) & 0x7fffffffu);
+    for (int j = 0; j < kCols; ++j) m = max(m, abs_bits(v[i][j]));
   m = block_max(m);
   const bool no_nan = m <= 0x7f800000u;
   if (__any_sync(0xffffffffu, !no_nan)) {
