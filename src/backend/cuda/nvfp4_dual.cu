@@ -290,17 +290,14 @@ __device__ __forceinline__ float e4m3_decode_hw(unsigned code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
 }
 
-// The block amax of BF16 elements held as raw words (two per word), as block_amax_nan gives it
-// from their float values: max.NaN.xorsign.abs over the packed pairs (per half the larger
-// magnitude, exact, NaN if any element is one; the sign is the XOR of the operands' and is
-// dropped at the end), then the float max of the two halves' absolute values (+0 for zeros):
-// 8 instructions for the block where the float maxima take 16 (bf16_amax_check_kernel).
-// max |x| of the two halves of N words, up to the sign, NaN if any element is one: a pairwise tree.
+// Per half of the packed BF16 pairs a and b the larger magnitude, exact, NaN if either is one;
+// its sign is the XOR of the operands' (max.NaN.xorsign.abs), for the caller to drop.
 __device__ __forceinline__ std::uint32_t bf16x2_absmax_xs_nan(std::uint32_t a, std::uint32_t b) {
   std::uint32_t r;
   asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
+// Per half the largest magnitude of N packed words (a pairwise tree), sign to be dropped.
 template <int N>
 __device__ __forceinline__ std::uint32_t bf16x2_absmax_nan(const std::uint32_t* w) {
   std::uint32_t mx[N];
@@ -312,6 +309,10 @@ __device__ __forceinline__ std::uint32_t bf16x2_absmax_nan(const std::uint32_t* 
     for (int i = 0; i + s < N; i += 2 * s) mx[i] = bf16x2_absmax_xs_nan(mx[i], mx[i + s]);
   return mx[0];
 }
+// The block amax of BF16 elements held as raw words (two per word), as block_amax_nan gives it
+// from their float values: the packed tree above, then the float max of the two halves'
+// absolute values (+0 for zeros): 8 instructions for the block where the float maxima take 16
+// (bf16_amax_check_kernel).
 __device__ __forceinline__ float bf16_block_amax_nan(const std::uint32_t (&w)[8]) {
   const std::uint32_t m = bf16x2_absmax_nan<8>(w);
   return max_abs_nan(fabsf(bits_float(m << 16)), bits_float(m & 0xffff0000u));
@@ -607,13 +608,10 @@ __global__ void __launch_bounds__(kThreads, kQuantizeMinBlocks<RowSr || ColSr>)
     tile_column(tile, lane, j, v);
     if constexpr (Rht) rht16(v, rs);
     const std::int64_t base = wide(c + j, rows) + r0;  // index in the transposed (stored) orientation
-    if (!quantize_fast<ColSr>(v, gc, sh.encode_of[1], spec.legacy, cr, static_cast<std::uint64_t>(base),
-                              reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][2 * lane + j]),
-                              &sh.col_scales[warp][2 * lane + j], col_in) &&
-        col_in)
-      general = 2u * general + 1u;
-    else
-      general = 2u * general;
+    const bool ok = quantize_fast<ColSr>(v, gc, sh.encode_of[1], spec.legacy, cr, static_cast<std::uint64_t>(base),
+                                         reinterpret_cast<std::uint8_t*>(&sh.col_codes[warp][2 * lane + j]),
+                                         &sh.col_scales[warp][2 * lane + j], col_in);
+    general = 2u * general + static_cast<unsigned>(!ok && col_in);
   }
 
   // The general path, rarely taken, where little else is live (so that it costs the fast path
